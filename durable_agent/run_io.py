@@ -1,0 +1,178 @@
+"""Inputs and outputs of the ``AgentRun`` workflow and its activities.
+
+Compatibility rule for these models: fields may be added with defaults; a
+field is never renamed or removed while histories that carry it may replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from durable_agent.checkpoint import CapabilityBinding, LoopCheckpoint, SessionCheckpointExportV1
+from durable_agent.models import Frozen, Message, TokenUsage, ToolDefinition
+from durable_agent.permissions import PermissionPolicy
+from durable_agent.tool_specs import ToolOffer
+
+WORKFLOW_TYPE = "AgentRun"
+SIGNAL_CANCEL = "cancel"
+QUERY_STATUS = "status"
+QUERY_EVENTS = "events"
+
+# Search attributes the worker registers (Keyword) and the workflow keeps current.
+SA_SESSION_ID = "AgentSessionId"
+SA_RUN_STATUS = "AgentRunStatus"
+
+FinalStatus = Literal["completed", "failed", "cancelled"]
+
+
+class AgentRunInput(BaseModel):
+    """The one JSON object that starts an ``AgentRun``. Unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: str = Field(min_length=1)
+    workspace: str | None = Field(None, min_length=1, description="A folder on the worker's machine.")
+    session_id: str | None = Field(None, min_length=1, max_length=200)
+    model: str | None = Field(None, description='"provider/model"; default from the worker config.')
+    permissions: PermissionPolicy | None = None
+    export_sink: str | None = Field(None, min_length=1)
+    max_tool_rounds: int | None = Field(None, ge=1, le=10_000)
+
+    @field_validator("model")
+    @classmethod
+    def _provider_slash_model(cls, value: str | None) -> str | None:
+        if value is not None:
+            provider, _, name = value.partition("/")
+            if not provider or not name:
+                raise ValueError(f'model must look like "provider/model", got {value!r}')
+        return value
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("prompt must not be blank")
+        return value
+
+
+class Timeouts(Frozen):
+    """Activity timeouts and export retries, in seconds (from the worker config)."""
+
+    model_seconds: float = 600
+    tool_seconds: float = 300
+    heartbeat_seconds: float = 30
+    checkpoint_seconds: float = 60
+    export_max_attempts: int = 5
+
+
+class ResolveInput(Frozen):
+    run: AgentRunInput
+    session_id: str
+    run_id: str
+
+
+class RunPlan(Frozen):
+    """The run's input resolved against the worker's config: what the loop will do."""
+
+    session_id: str
+    run_id: str
+    prompt: str
+    workspace: str
+    model: str
+    system_prompt: str
+    tools: tuple[ToolOffer, ...]
+    permissions: PermissionPolicy
+    capability_binding: CapabilityBinding
+    export_sink: str
+    max_tool_rounds: int
+    timeouts: Timeouts = Timeouts()
+
+    def definitions(self) -> list[ToolDefinition]:
+        return [t.definition for t in self.tools]
+
+
+class ModelCallInput(Frozen):
+    run_id: str
+    model: str
+    system_prompt: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolDefinition, ...]
+
+
+class ToolCallInput(Frozen):
+    run_id: str
+    workspace: str
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class ToolOutput(Frozen):
+    content: str
+    is_error: bool = False
+
+
+class SaveCheckpointInput(Frozen):
+    checkpoint: LoopCheckpoint
+
+
+class DeleteCheckpointInput(Frozen):
+    run_id: str
+
+
+class ExportInput(Frozen):
+    sink: str
+    export: SessionCheckpointExportV1
+
+
+class ExportRef(Frozen):
+    turn: int
+    content_digest: str
+
+
+class ExportFailure(Frozen):
+    turn: int
+    content_digest: str
+    reason: str
+
+
+class RunStatusView(Frozen):
+    """What the ``status`` query returns."""
+
+    session_id: str
+    run_id: str
+    status: str
+    model: str | None = None
+    turn: int = 0
+    tool_calls: int = 0
+    exports_delivered: int = 0
+    export_failures: int = 0
+    persistence_failures: int = 0
+    last_content_digest: str | None = None
+    cancel_requested: bool = False
+    usage: TokenUsage = TokenUsage()
+    error: str | None = None
+
+
+class AgentRunResult(Frozen):
+    session_id: str
+    run_id: str
+    status: FinalStatus
+    text: str
+    error: str | None = None
+    tool_calls_count: int
+    usage: TokenUsage
+    exports: tuple[ExportRef, ...]
+    export_failures: tuple[ExportFailure, ...]
+    persistence_failures: tuple[str, ...] = ()
+
+
+# Activity names: stable, because recorded histories refer to them.
+ACTIVITY_RESOLVE = "agent.resolve_run"
+ACTIVITY_MODEL = "agent.model_call"
+ACTIVITY_TOOL = "agent.tool_call"
+ACTIVITY_SAVE_CHECKPOINT = "agent.save_checkpoint"
+ACTIVITY_DELETE_CHECKPOINT = "agent.delete_checkpoint"
+ACTIVITY_EXPORT = "agent.export_checkpoint"

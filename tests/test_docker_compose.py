@@ -1,0 +1,513 @@
+"""Checks for the container deployment: Dockerfile, docker-compose.yaml, deploy/.
+
+Two kinds of test live here:
+
+* a static check that always runs and reads the files only, so a broken
+  compose file is caught on machines without Docker too;
+* an end-to-end check (marked ``docker``) that builds and starts the whole
+  stack with testcontainers. It is skipped, with the reason, when no Docker
+  engine answers; it is never faked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import tomllib
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+COMPOSE_FILE = REPO_ROOT / "docker-compose.yaml"
+DOCKERFILE = REPO_ROOT / "Dockerfile"
+DOCKERIGNORE = REPO_ROOT / ".dockerignore"
+
+EXPECTED_SERVICES = {"postgresql", "temporal", "temporal-ui", "worker"}
+TEMPORAL_SQL_PLUGINS = {"postgres12", "postgres12_pgx"}
+WORKER_SEARCH_ATTRIBUTES = ("AgentSessionId", "AgentRunStatus")
+
+# `docker compose down --volumes` runs at teardown: a project name of its own
+# keeps that from deleting the volumes of a stack the developer runs for real.
+TEST_PROJECT_NAME = "durable-agent-compose-test"
+PUBLISHED_PORTS = (7233, 8080)
+
+
+# --------------------------------------------------------------------------
+# Reading the compose file
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Service:
+    name: str
+    image: str | None = None
+    build_context: str | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    # (source, target) pairs; source is a host path or a named volume.
+    volumes: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _import_yaml() -> Any | None:
+    try:
+        import yaml
+    except ImportError:
+        return None
+    return yaml
+
+
+def _split_volume(spec: str) -> tuple[str, str]:
+    parts = spec.split(":")
+    if len(parts) == 1:  # anonymous volume: only a container path
+        return "", parts[0]
+    return parts[0], parts[1]
+
+
+def _services_from_yaml(data: dict[str, Any]) -> dict[str, Service]:
+    services: dict[str, Service] = {}
+    for name, spec in (data.get("services") or {}).items():
+        spec = spec or {}
+        build = spec.get("build")
+        if isinstance(build, dict):
+            build = build.get("context", ".")
+        env = spec.get("environment") or {}
+        if isinstance(env, list):
+            env = dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+        volumes = []
+        for item in spec.get("volumes") or []:
+            if isinstance(item, dict):
+                volumes.append((str(item.get("source", "")), str(item["target"])))
+            else:
+                volumes.append(_split_volume(str(item)))
+        services[name] = Service(
+            name=name,
+            image=spec.get("image"),
+            build_context=None if build is None else str(build),
+            environment={str(k): "" if v is None else str(v) for k, v in env.items()},
+            volumes=volumes,
+        )
+    return services
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _is_content(line: str) -> bool:
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith("#")
+
+
+def _sub_block(lines: list[str], key: str) -> list[str]:
+    """Lines nested under ``key:`` (by indentation) within ``lines``."""
+    for i, line in enumerate(lines):
+        if re.fullmatch(rf"\s*{re.escape(key)}:\s*(#.*)?", line):
+            level = _indent(line)
+            body = []
+            for nested in lines[i + 1 :]:
+                if _is_content(nested) and _indent(nested) <= level:
+                    break
+                if _is_content(nested):
+                    body.append(nested)
+            return body
+    return []
+
+
+def _scalar(lines: list[str], key: str) -> str | None:
+    for line in lines:
+        match = re.fullmatch(rf"\s*{re.escape(key)}:\s*[\"']?([^\"'\s#]+)[\"']?\s*(#.*)?", line)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _services_from_text(text: str) -> dict[str, Service]:
+    """Shallow, indentation-based reading used only when PyYAML is missing.
+
+    It understands the subset docker-compose.yaml is written in (block
+    mappings, short volume syntax, environment as a map or a list) and no
+    more; it exists so the static checks still bite without PyYAML.
+    """
+    lines = text.splitlines()
+    blocks: dict[str, list[str]] = {}
+    in_services = False
+    service_indent: int | None = None
+    current: str | None = None
+    for line in lines:
+        if not _is_content(line):
+            continue
+        indent = _indent(line)
+        if indent == 0:
+            in_services = re.fullmatch(r"services:\s*(#.*)?", line) is not None
+            current = None
+            continue
+        if not in_services:
+            continue
+        if service_indent is None:
+            service_indent = indent
+        if indent == service_indent:
+            match = re.fullmatch(r"\s*([A-Za-z0-9._-]+):\s*(#.*)?", line)
+            assert match, f"cannot read service header line: {line!r}"
+            current = match.group(1)
+            blocks[current] = []
+        elif current is not None:
+            blocks[current].append(line)
+
+    services: dict[str, Service] = {}
+    for name, block in blocks.items():
+        build = _scalar(block, "build")
+        if build is None and _sub_block(block, "build"):
+            build = _scalar(_sub_block(block, "build"), "context") or "."
+        env: dict[str, str] = {}
+        for line in _sub_block(block, "environment"):
+            match = re.fullmatch(
+                r"\s*(?:-\s*)?[\"']?([A-Za-z_][A-Za-z0-9_]*)(?:=|:\s*)[\"']?([^\"'#]*?)[\"']?\s*(#.*)?",
+                line,
+            )
+            if match:
+                env[match.group(1)] = match.group(2).strip()
+        volumes = []
+        for line in _sub_block(block, "volumes"):
+            match = re.fullmatch(r"\s*-\s*[\"']?([^\"'\s#]+)[\"']?\s*(#.*)?", line)
+            if match:
+                volumes.append(_split_volume(match.group(1)))
+        services[name] = Service(
+            name=name,
+            image=_scalar(block, "image"),
+            build_context=build,
+            environment=env,
+            volumes=volumes,
+        )
+    return services
+
+
+def load_compose_services(path: Path = COMPOSE_FILE) -> dict[str, Service]:
+    text = path.read_text(encoding="utf-8")
+    yaml = _import_yaml()
+    if yaml is not None:
+        return _services_from_yaml(yaml.safe_load(text) or {})
+    return _services_from_text(text)
+
+
+# --------------------------------------------------------------------------
+# Reading the Dockerfile and .dockerignore
+# --------------------------------------------------------------------------
+
+
+def dockerfile_workdir(path: Path = DOCKERFILE) -> PurePosixPath:
+    workdirs = re.findall(r"(?im)^\s*WORKDIR\s+(\S+)\s*$", path.read_text(encoding="utf-8"))
+    assert workdirs, f"{path.name} sets no WORKDIR"
+    workdir = PurePosixPath(workdirs[-1])
+    assert workdir.is_absolute(), f"WORKDIR {workdir} must be absolute"
+    return workdir
+
+
+def dockerignore_excludes(relative: PurePosixPath, path: Path = DOCKERIGNORE) -> str | None:
+    """The .dockerignore pattern that keeps ``relative`` out of the image, if any.
+
+    Approximates Docker's matcher: a pattern matching the path or one of its
+    parent directories excludes it, and a later ``!pattern`` re-includes it.
+    """
+    if not path.exists():
+        return None
+    candidates = [str(PurePosixPath(*relative.parts[: i + 1])) for i in range(len(relative.parts))]
+    excluded_by: str | None = None
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        pattern = raw.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negated = pattern.startswith("!")
+        body = pattern[1:] if negated else pattern
+        body = body.strip("/")
+        globs = [body]
+        if body.startswith("**/"):
+            globs.append(body[3:])
+        hit = any(fnmatch.fnmatchcase(c, g) for c in candidates for g in globs)
+        if hit:
+            excluded_by = None if negated else pattern
+    return excluded_by
+
+
+def _image_path_to_repo(container_path: PurePosixPath, worker: Service, workdir: PurePosixPath) -> Path:
+    """Where ``container_path`` in the worker comes from in this repository."""
+    for source, target in worker.volumes:
+        target_path = PurePosixPath(target)
+        if container_path == target_path or target_path in container_path.parents:
+            assert source.startswith((".", "/")), (
+                f"{container_path} is hidden by volume {source!r} mounted at {target}: "
+                "the file baked into the image would not be visible"
+            )
+            return (REPO_ROOT / source / container_path.relative_to(target_path)).resolve()
+    assert workdir in container_path.parents, (
+        f"{container_path} is neither under WORKDIR {workdir} (where the Dockerfile "
+        "copies the repository) nor under a bind mount"
+    )
+    relative = container_path.relative_to(workdir)
+    excluded_by = dockerignore_excludes(PurePosixPath(relative))
+    assert excluded_by is None, f".dockerignore pattern {excluded_by!r} keeps {relative} out of the image"
+    return REPO_ROOT / relative
+
+
+# --------------------------------------------------------------------------
+# Static checks: always run
+# --------------------------------------------------------------------------
+
+
+def test_compose_file_matches_repository() -> None:
+    services = load_compose_services()
+
+    missing = EXPECTED_SERVICES - services.keys()
+    assert not missing, f"docker-compose.yaml lacks services {sorted(missing)}"
+
+    worker = services["worker"]
+    assert worker.build_context is not None, "worker must be built, not pulled"
+    assert worker.build_context.rstrip("/") in {".", ""}, (
+        f"worker builds from {worker.build_context!r}, expected the repository root '.'"
+    )
+    assert DOCKERFILE.exists(), "worker builds from '.', but there is no Dockerfile"
+
+    # Every pulled image carries an explicit, non-floating tag.
+    for service in services.values():
+        if service.image is None:
+            continue
+        name, _, tag = service.image.rpartition(":")
+        assert name and tag and "/" not in tag, f"{service.name}: image {service.image!r} has no tag"
+        assert tag != "latest", f"{service.name}: image {service.image!r} is not pinned"
+
+    temporal = services["temporal"]
+    assert temporal.image and temporal.image.startswith("temporalio/auto-setup:"), temporal.image
+    assert temporal.environment.get("DB") in TEMPORAL_SQL_PLUGINS, (
+        f"temporal DB={temporal.environment.get('DB')!r}, expected one of {sorted(TEMPORAL_SQL_PLUGINS)}"
+    )
+    seeds = temporal.environment.get("POSTGRES_SEEDS")
+    assert seeds in services, f"POSTGRES_SEEDS={seeds!r} names no service in the file"
+    database_image = services[seeds].image or ""
+    assert database_image.startswith("postgres:"), (
+        f"POSTGRES_SEEDS points at {seeds!r}, whose image {database_image!r} is not PostgreSQL"
+    )
+
+    config = worker.environment.get("AGENT_CONFIG")
+    assert config, "worker has no AGENT_CONFIG"
+    config_path = PurePosixPath(config)
+    assert config_path.is_absolute(), f"AGENT_CONFIG={config} should be an absolute container path"
+    in_repo = _image_path_to_repo(config_path, worker, dockerfile_workdir())
+    assert in_repo.is_file(), (
+        f"AGENT_CONFIG={config} maps to {in_repo.relative_to(REPO_ROOT)}, which does not exist"
+    )
+
+
+def test_worker_config_is_self_consistent() -> None:
+    services = load_compose_services()
+    worker = services["worker"]
+    config_path = _image_path_to_repo(
+        PurePosixPath(worker.environment["AGENT_CONFIG"]), worker, dockerfile_workdir()
+    )
+    with config_path.open("rb") as handle:
+        config = tomllib.load(handle)
+
+    provider, _, _model = config["default_model"].partition("/")
+    assert provider in config.get("providers", {}), (
+        f"default_model {config['default_model']!r} names provider {provider!r}, "
+        "which has no [providers.*] table"
+    )
+    assert config["default_sink"] in config.get("sinks", {}), (
+        f"default_sink {config['default_sink']!r} has no [sinks.*] table"
+    )
+    assert config["permissions"]["default"] in {"allow", "deny", "ask"}
+
+    # State written to the container's own filesystem is lost on every
+    # rebuild, so filesystem store and sinks must live on a mounted volume.
+    mount_targets = [PurePosixPath(target) for _source, target in worker.volumes]
+    locations = {"store": config["store"]}
+    locations.update({f"sinks.{name}": sink for name, sink in config.get("sinks", {}).items()})
+    for label, section in locations.items():
+        if section.get("kind") != "filesystem":
+            continue
+        location = PurePosixPath(section["path"])
+        assert any(location == t or t in location.parents for t in mount_targets), (
+            f"{label} path {location} is not on any worker volume {[str(t) for t in mount_targets]}"
+        )
+
+
+# --------------------------------------------------------------------------
+# End to end: only where a Docker engine answers
+# --------------------------------------------------------------------------
+
+
+def docker_unavailable_reason() -> str | None:
+    """Why the stack cannot be started here, or None when it can."""
+    docker_host = os.environ.get("DOCKER_HOST") or "unset, so the default local socket"
+    try:
+        import docker
+    except ImportError as exc:
+        return (
+            "no Docker engine was reachable: the `docker` Python package is not "
+            f"importable ({exc}), so the engine could not be pinged"
+        )
+    try:
+        client = docker.from_env(timeout=5)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:  # DockerException, connection and timeout errors alike
+        return (
+            "no Docker engine was reachable: docker.from_env().ping() failed "
+            f"(DOCKER_HOST {docker_host}): {type(exc).__name__}: {exc}"
+        )
+    # testcontainers' DockerCompose shells out to the Compose v2 CLI plugin.
+    if shutil.which("docker") is None:
+        return "a Docker engine answered, but there is no `docker` CLI on PATH for `docker compose`"
+    try:
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"a Docker engine answered, but `docker compose version` could not run: {exc}"
+    if probe.returncode != 0:
+        return (
+            "a Docker engine answered, but the Compose v2 plugin is missing: "
+            f"`docker compose version` exited {probe.returncode}: {probe.stderr.strip()}"
+        )
+    return None
+
+
+def _engine_is_local() -> bool:
+    host = os.environ.get("DOCKER_HOST", "")
+    return not host or host.startswith(("unix://", "npipe://"))
+
+
+def _port_is_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _published_address(compose: Any, service: str, port: int) -> tuple[str, int]:
+    host, published = compose.get_service_host_and_port(service, port)
+    if host in (None, "", "0.0.0.0", "::"):
+        host = "localhost"
+    assert published, f"{service} does not publish port {port}"
+    return host, int(published)
+
+
+async def _check_temporal(address: str, namespace: str, task_queue: str) -> None:
+    from temporalio.api.enums.v1 import IndexedValueType, TaskQueueType
+    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+    from temporalio.client import Client
+
+    client = await Client.connect(address, namespace=namespace)
+    assert await client.service_client.check_health(), f"Temporal at {address} is not SERVING"
+    # Listing exercises the namespace and the PostgreSQL visibility store.
+    async for _ in client.list_workflows(page_size=1):
+        break
+
+    # The worker polls its task queue and registers its search attributes at
+    # start; wait for both rather than trusting that its container is up.
+    deadline = time.monotonic() + 120
+    pollers: list[Any] = []
+    attributes: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        described = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=namespace,
+                task_queue=TaskQueue(name=task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+        pollers = list(described.pollers)
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=namespace)
+        )
+        attributes = dict(listed.custom_attributes)
+        if pollers and all(name in attributes for name in WORKER_SEARCH_ATTRIBUTES):
+            break
+        await asyncio.sleep(2)
+
+    assert pollers, f"no worker polled task queue {task_queue!r} in namespace {namespace!r}"
+    for name in WORKER_SEARCH_ATTRIBUTES:
+        assert attributes.get(name) == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD, (
+            f"search attribute {name} missing or not Keyword: {attributes.get(name)!r}"
+        )
+
+
+def _wait_for_http_200(url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+                last = f"HTTP {response.status}"
+        except (urllib.error.URLError, OSError) as exc:
+            last = exc
+        time.sleep(1)
+    pytest.fail(f"{url} did not answer HTTP 200 within {timeout_s:.0f}s (last: {last})")
+
+
+@pytest.mark.docker
+def test_compose_stack_comes_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    reason = docker_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+
+    from testcontainers.compose import DockerCompose
+
+    if _engine_is_local():
+        taken = [port for port in PUBLISHED_PORTS if _port_is_taken(port)]
+        if taken:
+            pytest.fail(
+                f"host port(s) {taken} already in use; the stack publishes fixed ports "
+                f"{list(PUBLISHED_PORTS)}, so stop whatever holds them first"
+            )
+
+    worker_env = load_compose_services()["worker"].environment
+    namespace = worker_env["TEMPORAL_NAMESPACE"]
+    task_queue = worker_env["AGENT_TASK_QUEUE"]
+
+    monkeypatch.setenv("COMPOSE_PROJECT_NAME", TEST_PROJECT_NAME)
+    # wait=True runs `up --wait`: it returns once every service with a
+    # healthcheck is healthy (temporal, postgresql) and the rest are running.
+    compose = DockerCompose(
+        context=str(REPO_ROOT),
+        compose_file_name=COMPOSE_FILE.name,
+        build=True,
+        wait=True,
+    )
+    with compose:
+        try:
+            host, port = _published_address(compose, "temporal", 7233)
+            asyncio.run(_check_temporal(f"{host}:{port}", namespace, task_queue))
+
+            ui_host, ui_port = _published_address(compose, "temporal-ui", 8080)
+            _wait_for_http_200(f"http://{ui_host}:{ui_port}/")
+
+            worker = compose.get_container("worker")
+            assert worker.State == "running", f"worker container is {worker.State}"
+            import docker
+
+            client = docker.from_env(timeout=10)
+            try:
+                restarts = client.containers.get(worker.ID).attrs["RestartCount"]
+            finally:
+                client.close()
+            assert restarts == 0, f"worker container restarted {restarts} time(s)"
+        except BaseException:
+            stdout, stderr = compose.get_logs()
+            print(f"--- docker compose logs (last 200 lines) ---\n{_tail(stdout + stderr, 200)}")
+            raise
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,64 @@
+"""``python worker.py``: run an agent worker.
+
+Reads ``TEMPORAL_ADDRESS`` / ``TEMPORAL_NAMESPACE`` (and Temporal's config
+profiles) like Temporal's own tools, the task queue from ``AGENT_TASK_QUEUE``
+(default ``agent``) and the agent config from the TOML file named by
+``AGENT_CONFIG`` (a built-in default when unset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import AgentActivities
+from durable_agent.client import connect, ensure_search_attributes, task_queue
+from durable_agent.config import AgentConfig, ConfigError, load_config
+from workflows import AgentRun
+
+log = logging.getLogger("durable_agent.worker")
+
+
+def build_worker(client: Client, activities: AgentActivities, queue: str | None = None) -> Worker:
+    """A worker for ``AgentRun`` and its activities on ``queue``."""
+    return Worker(
+        client,
+        task_queue=queue or task_queue(),
+        workflows=[AgentRun],
+        activities=activities.all(),
+    )
+
+
+def worker_for_config(client: Client, config: AgentConfig, queue: str | None = None) -> Worker:
+    return build_worker(client, AgentActivities(config), queue)
+
+
+async def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config()
+        activities = AgentActivities(config)
+    except ConfigError as exc:
+        print(f"worker: {exc}", file=sys.stderr)
+        return 2
+    client = await connect()
+    await ensure_search_attributes(client)
+    worker = build_worker(client, activities)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("worker on task queue %r, namespace %r", worker.task_queue, client.namespace)
+    async with worker:
+        await stop.wait()
+        log.info("shutting down: finishing the activities in flight")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,385 @@
+"""``AgentRun``: the agent loop as a deterministic Temporal workflow.
+
+The workflow only orchestrates. The step logic lives in ``durable_agent.loop``
+and every side effect is an activity, named by the constants in
+``durable_agent.run_io``. At each tool boundary it saves the logical
+checkpoint, then waits for the export sink to acknowledge the export, and only
+then asks the model again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from durable_agent.loop import LoopState
+    from durable_agent.models import (
+        CheckpointExportedEvent,
+        CheckpointExportFailedEvent,
+        ErrorEvent,
+        EventRecord,
+        ModelResponse,
+        PermissionDeniedEvent,
+        PersistenceFailedEvent,
+        ToolStartEvent,
+        ToolUseBlock,
+        TurnEndEvent,
+    )
+    from durable_agent.run_io import (
+        ACTIVITY_DELETE_CHECKPOINT,
+        ACTIVITY_EXPORT,
+        ACTIVITY_MODEL,
+        ACTIVITY_RESOLVE,
+        ACTIVITY_SAVE_CHECKPOINT,
+        ACTIVITY_TOOL,
+        QUERY_EVENTS,
+        QUERY_STATUS,
+        SA_RUN_STATUS,
+        SA_SESSION_ID,
+        SIGNAL_CANCEL,
+        AgentRunInput,
+        AgentRunResult,
+        DeleteCheckpointInput,
+        ExportFailure,
+        ExportInput,
+        ExportRef,
+        ModelCallInput,
+        ResolveInput,
+        RunPlan,
+        RunStatusView,
+        SaveCheckpointInput,
+        ToolCallInput,
+        ToolOutput,
+    )
+    from durable_agent.tool_specs import ToolCallError, find_offer, permission_target
+
+T = TypeVar("T")
+
+SESSION_ID_KEY = SearchAttributeKey.for_keyword(SA_SESSION_ID)
+RUN_STATUS_KEY = SearchAttributeKey.for_keyword(SA_RUN_STATUS)
+
+_WAIT = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class _RunFailed(Exception):
+    pass
+
+
+def _now_ms() -> int:
+    return int(workflow.now().timestamp() * 1000)
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost message of a Temporal failure chain: what actually went wrong."""
+    while isinstance(exc, ActivityError) and exc.cause is not None:
+        exc = exc.cause
+    return str(exc) or type(exc).__name__
+
+
+def _call_summary(call: ToolUseBlock, target: str | None) -> str:
+    return f"{call.name} {target}" if target else call.name
+
+
+@workflow.defn(name="AgentRun")
+class AgentRun:
+    """Runs one prompt to its end; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._state: LoopState | None = None
+        self._cancel_reason: str | None = None
+        self._cancel_requested = False
+        self._session_id = ""
+        self._run_id = ""
+        self._pre_status = "created"
+        self._pre_error: str | None = None
+
+    # --- handlers -----------------------------------------------------------
+
+    @workflow.signal(name=SIGNAL_CANCEL)
+    def cancel(self, reason: str | None = None) -> None:
+        """Ask the run to stop; the tool or model call in flight is cancelled."""
+        if not self._cancel_requested:
+            self._cancel_requested = True
+            self._cancel_reason = reason or "cancelled by signal"
+
+    @workflow.query(name=QUERY_STATUS)
+    def status(self) -> RunStatusView:
+        if self._state is None:
+            return RunStatusView(
+                session_id=self._session_id,
+                run_id=self._run_id,
+                status=self._pre_status,
+                cancel_requested=self._cancel_requested,
+                error=self._pre_error,
+            )
+        return self._state.status_view(self._cancel_requested)
+
+    @workflow.query(name=QUERY_EVENTS)
+    def events(self, after_sequence: int = 0) -> list[EventRecord]:
+        """The run's events with a sequence above ``after_sequence``, for followers."""
+        if self._state is None:
+            return []
+        return self._state.events[after_sequence:]
+
+    # --- the run ------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, raw: dict[str, Any]) -> AgentRunResult:
+        info = workflow.info()
+        try:
+            run_input = AgentRunInput.model_validate(raw)
+        except ValidationError as exc:
+            self._pre_status, self._pre_error = "failed", f"invalid AgentRun input: {exc}"
+            raise ApplicationError(self._pre_error, type="InvalidRunInput", non_retryable=True) from None
+        self._session_id = run_input.session_id or info.workflow_id
+        self._run_id = info.first_execution_run_id
+        workflow.upsert_search_attributes(
+            [SESSION_ID_KEY.value_set(self._session_id), RUN_STATUS_KEY.value_set("executing")]
+        )
+        self._details("resolving the run against the worker config")
+        plan = await self._resolve(run_input)
+        state = self._state = LoopState(plan, _now_ms())
+        try:
+            await self._loop(state)
+            state.status = "completed"
+        except (_Cancelled, asyncio.CancelledError):
+            state.status = "cancelled"
+            state.error = self._cancel_reason or "cancelled"
+        except _RunFailed as exc:
+            state.status = "failed"
+            state.error = str(exc)
+        final = state.status
+        await self._delete_checkpoint(state)
+        state.finish(final, _now_ms(), state.error)  # type: ignore[arg-type]
+        workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set(final)])
+        self._details(f"**{final}**" + (f": {state.error}" if state.error else ""))
+        return state.result()
+
+    async def _resolve(self, run_input: AgentRunInput) -> RunPlan:
+        try:
+            return await workflow.execute_activity(
+                ACTIVITY_RESOLVE,
+                ResolveInput(run=run_input, session_id=self._session_id, run_id=self._run_id),
+                result_type=RunPlan,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary="resolve run against worker config",
+            )
+        except ActivityError as exc:
+            self._pre_status, self._pre_error = "failed", _cause(exc)
+            workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set("failed")])
+            raise ApplicationError(self._pre_error, type="InvalidRunInput", non_retryable=True) from None
+
+    async def _loop(self, state: LoopState) -> None:
+        plan = state.plan
+        while True:
+            self._check_cancel()
+            response = await self._model_step(state)
+            calls = state.add_model_response(response, _now_ms())
+            if not calls:
+                return
+            if state.tool_rounds > plan.max_tool_rounds:
+                raise _RunFailed(f"the model asked for more than max_tool_rounds={plan.max_tool_rounds} tool rounds")
+            for call in calls:
+                self._check_cancel()
+                state.emit(ToolStartEvent(id=call.id, name=call.name, input=call.input), _now_ms())
+                output = await self._tool_step(state, call)
+                state.add_tool_result(call, output.content, output.is_error, _now_ms())
+                await self._boundary(state)
+            state.emit(TurnEndEvent(turn=state.turn, usage=state.usage), _now_ms())
+
+    async def _model_step(self, state: LoopState) -> ModelResponse:
+        plan = state.plan
+        self._details(f"asking {plan.model}")
+        try:
+            return await self._activity(
+                ACTIVITY_MODEL,
+                ModelCallInput(
+                    run_id=plan.run_id,
+                    model=plan.model,
+                    system_prompt=plan.system_prompt,
+                    messages=tuple(state.messages),
+                    tools=tuple(plan.definitions()),
+                ),
+                ModelResponse,
+                summary=f"model {plan.model} (step {state.tool_rounds + 1})",
+                timeout=plan.timeouts.model_seconds,
+                retry=RetryPolicy(
+                    initial_interval=timedelta(seconds=2),
+                    maximum_interval=timedelta(seconds=60),
+                    maximum_attempts=8,
+                ),
+            )
+        except ActivityError as exc:
+            message = f"model call failed: {_cause(exc)}"
+            state.emit(ErrorEvent(message=message), _now_ms())
+            raise _RunFailed(message) from None
+
+    async def _tool_step(self, state: LoopState, call: ToolUseBlock) -> ToolOutput:
+        """Run one call, or explain to the model why it did not run."""
+        plan = state.plan
+        try:
+            offer = find_offer(plan.tools, call.name)
+            target = permission_target(offer, call.input)
+        except ToolCallError as exc:
+            return ToolOutput(content=str(exc), is_error=True)
+        decision = plan.permissions.decide(call.name, target)
+        if decision != "allow":
+            reason = (
+                f"permission denied: {_call_summary(call, target)} is not allowed by the run's permissions"
+                if decision == "deny"
+                else f"permission denied: {_call_summary(call, target)} needs a person's approval, "
+                "which this worker cannot ask for"
+            )
+            state.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=reason), _now_ms())
+            return ToolOutput(content=reason, is_error=True)
+        self._details(f"running `{_call_summary(call, target)}`")
+        try:
+            return await self._activity(
+                ACTIVITY_TOOL,
+                ToolCallInput(
+                    run_id=plan.run_id,
+                    workspace=plan.workspace,
+                    call_id=call.id,
+                    name=call.name,
+                    arguments=call.input,
+                ),
+                ToolOutput,
+                summary=_call_summary(call, target),
+                timeout=plan.timeouts.tool_seconds,
+                retry=RetryPolicy(maximum_attempts=3),
+            )
+        except ActivityError as exc:
+            return ToolOutput(content=f"tool {call.name!r} failed: {_cause(exc)}", is_error=True)
+
+    async def _boundary(self, state: LoopState) -> None:
+        """Save the logical checkpoint, then wait for the sink to acknowledge the export."""
+        plan, turn = state.plan, state.turn
+        now = _now_ms()
+        export = state.checkpoint_export(now)
+        digest = export.descriptor.content_digest
+        try:
+            await self._activity(
+                ACTIVITY_SAVE_CHECKPOINT,
+                SaveCheckpointInput(checkpoint=state.loop_checkpoint(now)),
+                None,
+                summary=f"save checkpoint turn {turn}",
+                timeout=plan.timeouts.checkpoint_seconds,
+                retry=RetryPolicy(maximum_attempts=5),
+            )
+        except ActivityError as exc:
+            reason = _cause(exc)
+            state.persistence_failures.append(f"turn {turn}: save failed: {reason}")
+            state.emit(PersistenceFailedEvent(turn=turn, operation="save", reason=reason), _now_ms())
+        self._details(f"exporting turn {turn} `{digest[:19]}…`")
+        try:
+            await self._activity(
+                ACTIVITY_EXPORT,
+                ExportInput(sink=plan.export_sink, export=export),
+                None,
+                summary=f"export turn {turn} {digest[:19]}…",
+                timeout=plan.timeouts.checkpoint_seconds,
+                retry=RetryPolicy(maximum_attempts=plan.timeouts.export_max_attempts),
+            )
+        except ActivityError as exc:
+            reason = _cause(exc)
+            state.export_failures.append(ExportFailure(turn=turn, content_digest=digest, reason=reason))
+            state.emit(
+                CheckpointExportFailedEvent(turn=turn, content_digest=digest, reason=reason), _now_ms()
+            )
+            return
+        state.exports.append(ExportRef(turn=turn, content_digest=digest))
+        state.emit(CheckpointExportedEvent(turn=turn, content_digest=digest), _now_ms())
+
+    async def _delete_checkpoint(self, state: LoopState) -> None:
+        if state.turn == 0:
+            return
+        try:
+            await workflow.execute_activity(
+                ACTIVITY_DELETE_CHECKPOINT,
+                DeleteCheckpointInput(run_id=state.plan.run_id),
+                start_to_close_timeout=timedelta(seconds=state.plan.timeouts.checkpoint_seconds),
+                retry_policy=RetryPolicy(maximum_attempts=5),
+                summary="delete checkpoint (run ended)",
+            )
+        except ActivityError as exc:
+            reason = _cause(exc)
+            state.persistence_failures.append(f"delete failed: {reason}")
+            state.emit(
+                PersistenceFailedEvent(turn=state.turn, operation="delete", reason=reason), _now_ms()
+            )
+
+    # --- helpers --------------------------------------------------------------
+
+    async def _activity(
+        self,
+        name: str,
+        arg: Any,
+        result_type: type[T] | None,
+        *,
+        summary: str,
+        timeout: float,
+        retry: RetryPolicy,
+    ) -> T:
+        """Run an activity that a ``cancel`` signal interrupts.
+
+        The cancel flag is checked after the activity settles, whatever way it
+        settles: an activity that completes normally while its cancellation is
+        pending must not swallow the cancel.
+        """
+        state = self._state
+        handle = workflow.start_activity(
+            name,
+            arg,
+            result_type=result_type,
+            start_to_close_timeout=timedelta(seconds=timeout),
+            heartbeat_timeout=timedelta(seconds=state.plan.timeouts.heartbeat_seconds) if state else None,
+            retry_policy=retry,
+            cancellation_type=_WAIT,
+            summary=summary,
+        )
+        await workflow.wait_condition(lambda: handle.done() or self._cancel_requested)
+        if not handle.done():
+            handle.cancel()
+        try:
+            result = await handle
+        except (ActivityError, CancelledError, asyncio.CancelledError):
+            if self._cancel_requested:
+                raise _Cancelled() from None
+            raise
+        self._check_cancel()
+        return result  # type: ignore[no-any-return]
+
+    def _check_cancel(self) -> None:
+        if self._cancel_requested:
+            raise _Cancelled()
+
+    def _details(self, line: str) -> None:
+        """The UI's current details: what the run is doing now, and its counters."""
+        state = self._state
+        prompt = (state.plan.prompt if state else "")[:200]
+        parts = [f"**{line}**"] if not line.startswith("**") else [line]
+        if state is not None:
+            view = state.status_view(self._cancel_requested)
+            parts.append(
+                f"status: {view.status} · turn {view.turn} · tool calls {view.tool_calls} · "
+                f"exports {view.exports_delivered} (failed {view.export_failures})"
+            )
+            if view.last_content_digest:
+                parts.append(f"last export: `{view.last_content_digest}`")
+            parts.append(f"prompt: {prompt}")
+        workflow.set_current_details("\n\n".join(parts))
+
+
