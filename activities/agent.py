@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -17,6 +17,7 @@ from activities.store import FilesystemSessionStore, SessionStore
 from activities.tools import Tool, ToolFailure, builtin_tools
 from durable_agent.checkpoint import ExportError
 from durable_agent.config import AgentConfig
+from durable_agent.models import ModelResponse
 from durable_agent.run_io import (
     ACTIVITY_DELETE_CHECKPOINT,
     ACTIVITY_EXPORT,
@@ -33,7 +34,6 @@ from durable_agent.run_io import (
     ToolCallInput,
     ToolOutput,
 )
-from durable_agent.models import ModelResponse
 from durable_agent.tool_specs import (
     ToolCallError,
     capability_binding,
@@ -91,7 +91,7 @@ class AgentActivities:
             else {name: FilesystemExportSink(s.path) for name, s in config.sinks.items()}
         )
 
-    def all(self) -> list[object]:
+    def all(self) -> list[Callable[..., Any]]:
         """Every activity, for ``Worker(activities=...)``."""
         return [
             self.resolve_run,
@@ -110,7 +110,9 @@ class AgentActivities:
         provider = model.partition("/")[0]
         if provider not in self.providers:
             known = ", ".join(sorted(self.providers)) or "none"
-            raise usage_error(f"model {model!r}: provider {provider!r} is not configured (configured: {known})")
+            raise usage_error(
+                f"model {model!r}: provider {provider!r} is not configured (configured: {known})"
+            )
         workspace = Path(run.workspace) if run.workspace else config.default_workspace
         workspace = workspace.expanduser().resolve()
         if not workspace.is_dir():

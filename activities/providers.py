@@ -24,9 +24,7 @@ from durable_agent.run_io import ModelCallInput
 class ProviderError(Exception):
     """A model call failed. ``retryable`` and ``retry_after`` steer Temporal's retry."""
 
-    def __init__(
-        self, message: str, *, retryable: bool, retry_after: timedelta | None = None
-    ) -> None:
+    def __init__(self, message: str, *, retryable: bool, retry_after: timedelta | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
@@ -113,7 +111,9 @@ class ScriptedProvider:
         if scripted.text:
             blocks.append(TextBlock(text=scripted.text))
         for i, tc in enumerate(scripted.tool_calls):
-            blocks.append(ToolUseBlock(id=tc.id or f"call-{step + 1}-{i + 1}", name=tc.name, input=dict(tc.input)))
+            blocks.append(
+                ToolUseBlock(id=tc.id or f"call-{step + 1}-{i + 1}", name=tc.name, input=dict(tc.input))
+            )
         if not blocks:
             blocks.append(TextBlock(text=""))
         return ModelResponse(

@@ -8,15 +8,15 @@ schema strings; v1 exports stay readable by ``open_export`` forever.
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
 from durable_agent.canonical import canonical_bytes, digest_of, sha256_digest
 from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolEndEvent
 
-EXPORT_SCHEMA = "durable-agent.session-checkpoint-export.v1"
-PAYLOAD_SCHEMA = "durable-agent.session-checkpoint-payload.v1"
+EXPORT_SCHEMA: Final = "durable-agent.session-checkpoint-export.v1"
+PAYLOAD_SCHEMA: Final = "durable-agent.session-checkpoint-payload.v1"
 MEDIA_TYPE = "application/vnd.durable-agent.checkpoint.v1+json"
 LOOP_CHECKPOINT_SCHEMA_VERSION = 1
 SESSION_SNAPSHOT_SCHEMA_VERSION = 1
@@ -28,7 +28,10 @@ TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled
 # ``schema`` is a BaseModel attribute, so the field is ``schema_`` on the model
 # and ``schema`` on the wire.
 _SCHEMA_ALIASED = ConfigDict(
-    frozen=True, extra="forbid", validate_by_name=True, validate_by_alias=True,
+    frozen=True,
+    extra="forbid",
+    validate_by_name=True,
+    validate_by_alias=True,
     serialize_by_alias=True,
 )
 

@@ -58,11 +58,11 @@ async def connect(**overrides: Any) -> Client:
 async def ensure_search_attributes(client: Client) -> None:
     """Register ``AgentSessionId`` and ``AgentRunStatus`` (Keyword) if the namespace lacks them."""
     ns = client.namespace
-    existing = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=ns)
-    )
+    existing = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=ns))
     known = set(existing.custom_attributes) | set(existing.system_attributes)
-    missing = {name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in SEARCH_ATTRIBUTES if name not in known}
+    missing = {
+        name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in SEARCH_ATTRIBUTES if name not in known
+    }
     if missing:
         await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(namespace=ns, search_attributes=missing)
@@ -105,9 +105,7 @@ async def follow_events(
     idle_polls = 0
     while True:
         try:
-            batch: list[EventRecord] = await handle.query(
-                QUERY_EVENTS, after, result_type=list[EventRecord]
-            )
+            batch: list[EventRecord] = await handle.query(QUERY_EVENTS, after, result_type=list[EventRecord])
         except Exception:
             batch = []
         for record in batch:

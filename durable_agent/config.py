@@ -51,7 +51,8 @@ class FilesystemSinkConfig(_Strict):
     path: Path
 
 
-SinkConfig = Annotated[FilesystemSinkConfig, Field(discriminator="kind")]
+# One kind so far; with a second, this becomes a union tagged by ``kind``.
+SinkConfig = FilesystemSinkConfig
 
 
 class AgentConfig(_Strict):
@@ -109,9 +110,7 @@ def parse_config(data: dict[str, object], base: Path) -> AgentConfig:
     try:
         return AgentConfig.model_validate(data).with_base(base)
     except ValidationError as exc:
-        lines = [
-            f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()
-        ]
+        lines = [f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()]
         raise ConfigError("invalid agent config:\n" + "\n".join(lines)) from None
 
 

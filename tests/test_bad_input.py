@@ -1,0 +1,147 @@
+"""Bad input gets a clear error and loses nothing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+
+from activities import AgentActivities
+from durable_agent.models import PermissionDeniedEvent, ToolEndEvent
+from durable_agent.run_io import WORKFLOW_TYPE, AgentRunResult
+from tests.helpers import RecordingSink, final, read_call, running_worker, scripted_config, start, tool_call
+
+
+async def test_bad_tool_calls_become_tool_errors_the_model_sees(client: Client, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret outside the workspace\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "ok.txt").write_text("fine\n")
+    os.symlink(outside, ws / "link.txt")
+    calls = [
+        tool_call("c1", "frobnicate", x=1),  # unknown tool
+        tool_call("c2", "read", file_path=42),  # malformed arguments
+        tool_call("c3", "read", path="ok.txt"),  # wrong argument name
+        read_call("c4", "../outside.txt"),  # climbs out
+        read_call("c5", str(outside)),  # absolute path outside
+        read_call("c6", "link.txt"),  # symlink pointing outside
+        read_call("c7", "missing.txt"),  # not there
+        tool_call("c8", "ls", path="/"),  # ls outside
+        read_call("c9", "ok.txt"),  # and the run goes on
+    ]
+    config = scripted_config(
+        tmp_path,
+        [*calls, final("handled")],
+        permissions={"allow": ["read(**)", "ls(**)"]},
+    )
+    sink = RecordingSink()
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        result = await (await start(client, queue, ws, "misbehave")).result()
+    assert result.status == "completed" and result.text == "handled"
+    assert result.tool_calls_count == len(calls)
+    events = sink.exports[-1].open().source_run().events
+    ends = {e.event.id: e.event for e in events if isinstance(e.event, ToolEndEvent)}
+    assert "unknown tool 'frobnicate'" in ends["c1"].output and "read" in ends["c1"].output
+    assert "invalid arguments for 'read'" in ends["c2"].output
+    assert "invalid arguments for 'read'" in ends["c3"].output
+    for cid in ("c4", "c5", "c6", "c8"):
+        assert "outside the workspace" in ends[cid].output, ends[cid].output
+        assert "secret outside" not in ends[cid].output
+    assert "does not exist" in ends["c7"].output
+    assert all(ends[c].is_error for c in ("c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8"))
+    assert not ends["c9"].is_error and "fine" in ends["c9"].output
+    # each tool error reaches the model as an error tool result
+    messages = sink.exports[-1].open().logical_resume.messages
+    results = [b for m in messages for b in m.content if b.type == "tool_result"]
+    assert [r.is_error for r in results] == [True] * 8 + [False]
+
+
+async def test_denied_calls_are_tool_errors_and_unoffered_tools_are_hidden(
+    client: Client, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    (ws / ".env").write_text("TOKEN=x\n")
+    config = scripted_config(
+        tmp_path,
+        [read_call("r1", ".env"), tool_call("l1", "ls", path="."), read_call("r2", "a.txt"), final()],
+        permissions={"allow": ["read(*)"], "deny": ["read(.env)"], "default": "deny"},
+    )
+    sink = RecordingSink()
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        result = await (await start(client, queue, ws)).result()
+    assert result.status == "completed" and result.tool_calls_count == 3
+    events = [e.event for e in sink.exports[-1].open().source_run().events]
+    denied = [e for e in events if isinstance(e, PermissionDeniedEvent)]
+    assert [d.id for d in denied] == ["r1"]
+    ends = {e.id: e for e in events if isinstance(e, ToolEndEvent)}
+    assert ends["r1"].is_error and "TOKEN" not in ends["r1"].output
+    assert "unknown tool 'ls'" in ends["l1"].output  # ls is denied outright: never offered
+    assert not ends["r2"].is_error
+
+
+BAD_INPUTS: list[tuple[dict[str, Any], str]] = [
+    ({"prompt": "hi", "workspace": ".", "colour": "blue"}, "colour"),
+    ({"workspace": "."}, "prompt"),
+    ({"prompt": "   "}, "prompt must not be blank"),
+    ({"prompt": "hi", "max_tool_rounds": 0}, "max_tool_rounds"),
+    ({"prompt": "hi", "model": "no-slash"}, "provider/model"),
+    ({"prompt": "hi", "permissions": {"allow": ["read(("]}}, "permission"),
+    ({"prompt": "hi", "permissions": {"default": "maybe"}}, "default"),
+    ({"prompt": "hi", "model": "nope/x"}, "provider 'nope' is not configured"),
+    ({"prompt": "hi", "export_sink": "s3"}, "export sink 's3' is not configured"),
+    ({"prompt": "hi", "workspace": "/does/not/exist"}, "is not a folder"),
+]
+
+
+@pytest.mark.parametrize(("raw", "message"), BAD_INPUTS, ids=[m for _, m in BAD_INPUTS])
+async def test_invalid_run_input_is_refused_before_any_model_call(
+    client: Client, tmp_path: Path, raw: dict[str, Any], message: str
+) -> None:
+    raw = {"workspace": str(tmp_path), **raw} if raw.get("workspace") == "." else raw
+    config = scripted_config(tmp_path, [final()])
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE, raw, id=f"bad-{os.urandom(4).hex()}", task_queue=queue, result_type=AgentRunResult
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        history = await handle.fetch_history()
+    cause = info.value.cause
+    assert message in str(cause), str(cause)
+    assert getattr(cause, "type", None) == "InvalidRunInput"
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert "agent.model_call" not in scheduled
+
+
+async def test_model_failure_fails_the_run_with_the_reason(client: Client, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    # the script runs out after one tool call: a non-retryable provider error
+    config = scripted_config(tmp_path, [read_call("r1", "a.txt")])
+    async with running_worker(client, AgentActivities(config)) as queue:
+        result = await (await start(client, queue, ws)).result()
+    assert result.status == "failed"
+    assert result.error is not None and "asked for response 2" in result.error
+    assert [e.turn for e in result.exports] == [1]
+
+
+async def test_max_tool_rounds_ends_the_run_failed(client: Client, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    config = scripted_config(tmp_path, [read_call(f"r{i}", "a.txt") for i in range(5)])
+    async with running_worker(client, AgentActivities(config)) as queue:
+        result = await (await start(client, queue, ws, max_tool_rounds=2)).result()
+    assert result.status == "failed" and "max_tool_rounds=2" in (result.error or "")
+    assert result.tool_calls_count == 2

@@ -1,0 +1,151 @@
+"""Cancel by signal: the run ends ``cancelled`` within seconds and no cancel is ever lost."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from activities import AgentActivities
+from activities.tools import Tool, builtin_tools
+from durable_agent.models import ToolEndEvent
+from durable_agent.run_io import RunStatusView
+from durable_agent.tool_specs import ToolArgs, ToolSpec
+from tests.helpers import final, running_worker, scripted_config, start, tool_call, workspace_with
+
+
+class WaitArgs(ToolArgs):
+    seconds: float
+
+
+class WaitTools:
+    """A ``wait`` tool: heartbeats (through the activity) and notes how it ended."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+        self.completed = asyncio.Event()
+
+    async def run(self, args: WaitArgs, workspace: Path) -> str:
+        self.started.set()
+        try:
+            await asyncio.sleep(args.seconds)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        self.completed.set()
+        return f"waited {args.seconds} s"
+
+    def tools(self) -> dict[str, Tool]:
+        spec = ToolSpec("wait", "Wait a while.", WaitArgs, None)
+        return {**builtin_tools(), "wait": Tool(spec, self.run)}  # type: ignore[arg-type]
+
+
+def wait_config(tmp_path: Path, seconds: float) -> object:
+    return scripted_config(
+        tmp_path,
+        [tool_call("wait-1", "wait", seconds=seconds), final("should never be reached")],
+        permissions={"allow": ["read(*)", "wait"]},
+    )
+
+
+async def wait_for_status(handle: object, predicate: object, timeout: float = 10) -> RunStatusView:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = await handle.query("status", result_type=RunStatusView)  # type: ignore[attr-defined]
+        if predicate(status) or time.monotonic() > deadline:  # type: ignore[operator]
+            return status
+        await asyncio.sleep(0.1)
+
+
+async def test_cancel_signal_while_a_tool_runs_ends_the_run_within_seconds(
+    client: Client, tmp_path: Path
+) -> None:
+    waiter = WaitTools()
+    acts = AgentActivities(wait_config(tmp_path, 60), tools=waiter.tools())  # type: ignore[arg-type]
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, workspace_with(tmp_path, {}), "wait a minute")
+        await asyncio.wait_for(waiter.started.wait(), 10)
+        await handle.signal("cancel", "the user changed their mind")
+        # the tool would run 60 s: ending well before proves the cancel reached it
+        result = await asyncio.wait_for(handle.result(), 15)
+        status = await handle.query("status", result_type=RunStatusView)
+    assert result.status == "cancelled"
+    assert result.error == "the user changed their mind"
+    assert waiter.cancelled.is_set() and not waiter.completed.is_set()
+    assert status.status == "cancelled" and status.cancel_requested
+    assert result.text == ""  # the scripted final answer was never asked for
+
+
+async def test_cancel_is_not_lost_when_the_tool_completes_anyway(client: Client, tmp_path: Path) -> None:
+    """The pitfall: the activity finishes normally while its cancellation is pending."""
+
+    class Stubborn(WaitTools):
+        async def run(self, args: WaitArgs, workspace: Path) -> str:
+            self.started.set()
+            # shielded: the activity's cancellation does not stop it
+            await asyncio.shield(asyncio.sleep(args.seconds))
+            self.completed.set()
+            return "done regardless"
+
+    stubborn = Stubborn()
+    acts = AgentActivities(wait_config(tmp_path, 3), tools=stubborn.tools())  # type: ignore[arg-type]
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, workspace_with(tmp_path, {}), "wait three seconds")
+        await asyncio.wait_for(stubborn.started.wait(), 10)
+        await handle.signal("cancel")
+        result = await asyncio.wait_for(handle.result(), 20)
+    assert result.status == "cancelled"
+    assert result.error == "cancelled by signal"
+    assert result.text == ""
+
+
+async def test_cancel_signal_during_a_model_call(client: Client, tmp_path: Path) -> None:
+    config = scripted_config(tmp_path, [{"text": "slow answer", "delay_ms": 60_000}])
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(client, queue, workspace_with(tmp_path, {}), "think hard")
+        await wait_for_status(handle, lambda s: s.status == "executing")
+        await asyncio.sleep(0.5)
+        await handle.signal("cancel", "too slow")
+        result = await asyncio.wait_for(handle.result(), 15)
+    assert result.status == "cancelled" and result.error == "too slow"
+
+
+async def test_cancel_before_the_first_step_and_temporal_cancel_both_end_cancelled(
+    client: Client, tmp_path: Path
+) -> None:
+    config = scripted_config(tmp_path, [{"text": "slow answer", "delay_ms": 60_000}])
+    async with running_worker(client, AgentActivities(config)) as queue:
+        # a Temporal cancel request (UI button, `temporal workflow cancel`) is honoured too
+        handle = await start(client, queue, workspace_with(tmp_path, {}), "think hard")
+        await wait_for_status(handle, lambda s: s.status == "executing")
+        await handle.cancel()
+        result = await asyncio.wait_for(handle.result(), 15)
+        assert result.status == "cancelled"
+        desc = await handle.describe()
+        assert desc.status == WorkflowExecutionStatus.COMPLETED
+
+
+async def test_cancel_after_a_boundary_stops_before_the_next_model_call(
+    client: Client, tmp_path: Path
+) -> None:
+    waiter = WaitTools()
+    config = scripted_config(
+        tmp_path,
+        [tool_call("wait-1", "wait", seconds=1.0), tool_call("wait-2", "wait", seconds=60), final()],
+        permissions={"allow": ["wait"]},
+    )
+    acts = AgentActivities(config, tools=waiter.tools())
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, workspace_with(tmp_path, {}), "wait twice")
+        status = await wait_for_status(handle, lambda s: s.exports_delivered >= 1)
+        assert status.turn == 1
+        await handle.signal("cancel")
+        result = await asyncio.wait_for(handle.result(), 15)
+    assert result.status == "cancelled"
+    assert result.tool_calls_count in (1, 2)
+    ends = [e for e in result.exports]
+    assert ends and ends[0].turn == 1
+    assert not any(isinstance(e, ToolEndEvent) and e.output.startswith("waited 60") for e in ends)

@@ -1,0 +1,99 @@
+"""What the history holds: no credentials, and a run that reads like a story in the UI."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from pathlib import Path
+
+import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import Client
+
+from activities import AgentActivities
+from durable_agent.config import ConfigError
+from tests.helpers import final, read_call, running_worker, scripted_config, start
+
+SECRET = "sk-test-7f3a9c1e-do-not-leak-4b2d"
+
+
+async def test_no_credential_enters_the_history(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_TEST_API_KEY", SECRET)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    config = scripted_config(tmp_path, [read_call("r1", "a.txt"), final()], api_key_env="AGENT_TEST_API_KEY")
+    activities = AgentActivities(config)
+    assert activities.providers["scripted"]._api_key == SECRET  # type: ignore[attr-defined]
+    async with running_worker(client, activities) as queue:
+        handle = await start(client, queue, ws)
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result.status == "completed"
+    dumped = history.to_json()
+    assert SECRET not in dumped
+    assert "AGENT_TEST_API_KEY" not in dumped  # not even the variable's name travels
+    exports = list((tmp_path / "exports").rglob("*.json"))
+    assert exports and all(SECRET not in p.read_text() for p in exports)
+
+
+def test_a_missing_credential_is_a_clear_error_at_worker_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AGENT_MISSING_KEY", raising=False)
+    config = scripted_config(tmp_path, [final()], api_key_env="AGENT_MISSING_KEY")
+    with pytest.raises(ConfigError, match="AGENT_MISSING_KEY"):
+        AgentActivities(config)
+
+
+def _summaries(history_json: str) -> list[str]:
+    out = []
+    for event in json.loads(history_json)["events"]:
+        summary = event.get("userMetadata", {}).get("summary")
+        if summary:
+            out.append(json.loads(base64.b64decode(summary["data"])))
+    return out
+
+
+async def test_the_run_reads_like_a_story_in_the_ui(client: Client, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "evidence.txt").write_text("e\n")
+    config = scripted_config(tmp_path, [read_call("r1", "evidence.txt"), final()])
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(
+            client, queue, ws, "Read the evidence and tell me what it says", session_id="story-session"
+        )
+        result = await handle.result()
+        history = await handle.fetch_history()
+        desc = await handle.describe()
+        metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        details = metadata.current_details
+    summaries = _summaries(history.to_json())
+    assert "model scripted/static (step 1)" in summaries
+    assert "read evidence.txt" in summaries
+    digest = result.exports[0].content_digest
+    assert f"export turn 1 {digest[:19]}…" in summaries
+    assert await desc.static_summary() == "Read the evidence and tell me what it says"
+    # the UI's "current details": status, counters and the last export
+    assert "**completed**" in details
+    assert f"last export: `{digest}`" in details
+    assert "exports 1 (failed 0)" in details
+    # the session id and run status are searchable
+    deadline = time.monotonic() + 15
+    found: list[str] = []
+    while time.monotonic() < deadline:
+        found = [
+            w.id
+            async for w in client.list_workflows(
+                'AgentSessionId = "story-session" AND AgentRunStatus = "completed"'
+            )
+        ]
+        if found:
+            break
+        await asyncio.sleep(0.3)
+    assert found == [handle.id]

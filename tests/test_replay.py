@@ -1,0 +1,57 @@
+"""Determinism: recorded histories replay on today's workflow code.
+
+``tests/histories/*.json`` are committed; a change that breaks their replay
+fails here. Re-record only for an intended, versioned change
+(``scripts/record_history.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from activities import AgentActivities
+from tests.helpers import RecordingSink, read_call, running_worker, scripted_config, start, tool_call
+from workflows import AgentRun
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+def replayer() -> Replayer:
+    return Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
+
+
+def test_there_are_committed_histories() -> None:
+    assert HISTORIES, "tests/histories/ must hold at least one recorded AgentRun history"
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.name for p in HISTORIES])
+async def test_committed_history_replays(path: Path) -> None:
+    history = WorkflowHistory.from_json("recorded", path.read_text())
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name} no longer replays: {result.replay_failure}"
+
+
+async def test_a_fresh_run_with_cancel_replays(client: Client, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    config = scripted_config(
+        tmp_path, [read_call("r1", "a.txt"), tool_call("x", "nope"), {"text": "slow", "delay_ms": 30_000}]
+    )
+    sink = RecordingSink()
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        handle = await start(client, queue, ws)
+        while len(sink.exports) < 2:
+            await asyncio.sleep(0.05)
+        await handle.signal("cancel", "replay me")
+        result = await handle.result()
+        assert result.status == "cancelled"
+        history = await handle.fetch_history()
+    replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert replay.replay_failure is None, replay.replay_failure

@@ -1,0 +1,165 @@
+"""The five scenarios of ``shared/seed/agent_live_checkpoint_export_v1.rs``, on a real server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from temporalio.client import Client
+
+from activities import AgentActivities
+from activities.providers import ModelProvider, build_providers
+from durable_agent.checkpoint import tool_end_ids
+from durable_agent.client import follow_events
+from durable_agent.models import EndEvent, ModelResponse, ToolResultBlock
+from durable_agent.run_io import AgentRunResult, ModelCallInput, RunStatusView
+from tests.helpers import (
+    BlockingSink,
+    RecordingSink,
+    final,
+    read_call,
+    running_worker,
+    scripted_config,
+    start,
+    workspace_with,
+)
+
+
+class CountingProvider:
+    """Counts the model calls that reach the provider."""
+
+    def __init__(self, inner: ModelProvider) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    async def complete(self, call: ModelCallInput, model: str) -> ModelResponse:
+        self.calls += 1
+        return await self.inner.complete(call, model)
+
+
+async def run_with_sink(
+    client: Client, tmp_path: Path, sink: RecordingSink, session_id: str = "live-export-session"
+) -> AgentRunResult:
+    ws = workspace_with(tmp_path, {"evidence.txt": "same-boundary evidence\n"})
+    config = scripted_config(tmp_path, [read_call("read-boundary-1", "evidence.txt"), final()])
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        handle = await start(client, queue, ws, session_id=session_id)
+        return await handle.result()
+
+
+async def test_live_tool_boundary_exports_one_self_consistent_portable_checkpoint(
+    client: Client, tmp_path: Path
+) -> None:
+    sink = RecordingSink()
+    result = await run_with_sink(client, tmp_path, sink)
+    assert result.status == "completed"
+    assert result.text == "boundary export complete"
+    assert len(sink.exports) == 1
+    payload = sink.exports[0].open()
+    logical = payload.logical_resume
+    assert logical.session_id == "live-export-session" == result.session_id
+    assert logical.turn == 1
+    assert any(isinstance(b, ToolResultBlock) for m in logical.messages for b in m.content)
+    source = payload.source_run()  # the same snapshot holds the source run
+    assert logical.capability_binding.catalog_generation == 0
+    assert source.snapshot.capability_binding == logical.capability_binding
+    assert not source.snapshot.is_terminal
+    assert "read-boundary-1" in tool_end_ids(source)
+    # portable: no sink configuration or worker path in the artifact
+    assert str(tmp_path / "exports") not in sink.exports[0].content
+    assert result.exports[0].content_digest == sink.exports[0].descriptor.content_digest
+
+
+async def test_successive_tool_boundaries_form_an_ordered_checkpoint_series(
+    client: Client, tmp_path: Path
+) -> None:
+    ws = workspace_with(tmp_path, {"first.txt": "first boundary\n", "second.txt": "second boundary\n"})
+    config = scripted_config(
+        tmp_path,
+        [read_call("read-boundary-1", "first.txt"), read_call("read-boundary-2", "second.txt"), final()],
+    )
+    sink = RecordingSink()
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        handle = await start(client, queue, ws, "read both files", session_id="ordered-export-session")
+        result = await handle.result()
+    assert result.tool_calls_count == 2
+    assert len(sink.exports) == 2
+    previous_count, previous_digest = 0, None
+    for index, export in enumerate(sink.exports):
+        digest = export.descriptor.content_digest
+        assert digest != previous_digest
+        previous_digest = digest
+        payload = export.open()
+        assert payload.logical_resume.turn == index + 1
+        source = payload.source_run()
+        assert source.snapshot.event_count > previous_count
+        previous_count = source.snapshot.event_count
+        assert f"read-boundary-{index + 1}" in tool_end_ids(source)
+    assert [e.turn for e in result.exports] == [1, 2]
+
+
+async def test_streaming_runs_use_the_same_acknowledged_export_boundary(
+    client: Client, tmp_path: Path
+) -> None:
+    ws = workspace_with(tmp_path, {"evidence.txt": "stream boundary\n"})
+    config = scripted_config(tmp_path, [read_call("stream-read-boundary", "evidence.txt"), final()])
+    sink = RecordingSink()
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        handle = await start(client, queue, ws, session_id="stream-export-session")
+        seen = [record async for record in follow_events(handle)]
+        await handle.result()
+    kinds = [r.event.type for r in seen]
+    assert isinstance(seen[-1].event, EndEvent)
+    assert [r.sequence for r in seen] == list(range(1, len(seen) + 1))  # no gap, no repeat
+    assert kinds.index("tool_end") < kinds.index("checkpoint_exported") < kinds.index("end")
+    assert len(sink.exports) == 1
+    payload = sink.exports[0].open()
+    assert "stream-read-boundary" in tool_end_ids(payload.source_run())
+
+
+async def test_session_store_and_host_export_observe_the_same_live_boundary(
+    client: Client, tmp_path: Path
+) -> None:
+    ws = workspace_with(tmp_path, {"evidence.txt": "dual sink boundary\n"})
+    config = scripted_config(tmp_path, [read_call("dual-sink-read", "evidence.txt"), final()])
+    sink = BlockingSink()
+    provider = CountingProvider(build_providers(config)["scripted"])
+    activities = AgentActivities(config, sinks={"local": sink}, providers={"scripted": provider})
+    async with running_worker(client, activities) as queue:
+        handle = await start(client, queue, ws, session_id="dual-sink-session")
+        await asyncio.wait_for(sink.entered.acquire(), timeout=10)
+        exported = sink.exports[-1].open().logical_resume
+        stored = await activities.store.load_loop_checkpoint(exported.run_id)
+        assert stored is not None, "the logical store write must precede host export acknowledgement"
+        assert stored.model_dump(mode="json") == exported.model_dump(mode="json")
+        # the loop waits for the sink: the model has not been asked again
+        await asyncio.sleep(0.5)
+        assert provider.calls == 1
+        status = await handle.query("status", result_type=RunStatusView)
+        assert (status.turn, status.exports_delivered) == (1, 0)
+        sink.release.release()
+        result = await handle.result()
+    assert result.text == "boundary export complete"
+    assert provider.calls == 2
+    assert await activities.store.load_loop_checkpoint(exported.run_id) is None
+
+
+async def test_checkpoint_export_failure_is_observable_but_does_not_halt_the_live_run(
+    client: Client, tmp_path: Path
+) -> None:
+    sink = RecordingSink(fail=True)
+    ws = workspace_with(tmp_path, {"evidence.txt": "same-boundary evidence\n"})
+    config = scripted_config(tmp_path, [read_call("read-boundary-1", "evidence.txt"), final()])
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        handle = await start(client, queue, ws)
+        result = await handle.result()
+        status = await handle.query("status", result_type=RunStatusView)
+    assert result.status == "completed"
+    assert result.text == "boundary export complete"
+    assert len(sink.exports) == 1  # a non-retryable failure: one attempt
+    assert result.exports == ()
+    [failure] = result.export_failures
+    assert failure.turn == 1 and "deterministic export failure" in failure.reason
+    assert status.export_failures == 1 and status.exports_delivered == 0
+    events = [r.event.type for r in sink.exports[0].open().source_run().events]
+    assert "tool_end" in events
