@@ -19,18 +19,21 @@ from durable_agent.checkpoint import ExportError
 from durable_agent.config import AgentConfig
 from durable_agent.models import ModelResponse
 from durable_agent.run_io import (
-    ACTIVITY_DELETE_CHECKPOINT,
     ACTIVITY_EXPORT,
+    ACTIVITY_FINISH_RUN,
+    ACTIVITY_LOAD_SESSION,
     ACTIVITY_MODEL,
     ACTIVITY_RESOLVE,
     ACTIVITY_SAVE_CHECKPOINT,
     ACTIVITY_TOOL,
-    DeleteCheckpointInput,
     ExportInput,
+    FinishRunInput,
+    LoadSessionInput,
     ModelCallInput,
     ResolveInput,
     RunPlan,
     SaveCheckpointInput,
+    SessionRuns,
     ToolCallInput,
     ToolOutput,
 )
@@ -97,8 +100,9 @@ class AgentActivities:
             self.resolve_run,
             self.model_call,
             self.tool_call,
+            self.load_session,
             self.save_checkpoint,
-            self.delete_checkpoint,
+            self.finish_run,
             self.export_checkpoint,
         ]
 
@@ -175,10 +179,17 @@ class AgentActivities:
         """Write the run's logical checkpoint to the session store, durably."""
         await heartbeating(self.store.save_loop_checkpoint(inp.checkpoint))
 
-    @activity.defn(name=ACTIVITY_DELETE_CHECKPOINT)
-    async def delete_checkpoint(self, inp: DeleteCheckpointInput) -> None:
-        """Remove a finished run's logical checkpoint from the store."""
-        await heartbeating(self.store.delete_loop_checkpoint(inp.run_id))
+    @activity.defn(name=ACTIVITY_LOAD_SESSION)
+    async def load_session(self, inp: LoadSessionInput) -> SessionRuns:
+        """The session's ended runs (other than this one), oldest first."""
+        records = await heartbeating(self.store.load_run_records(inp.session_id))
+        return SessionRuns(records=tuple(r for r in records if r.snapshot.id != inp.run_id))
+
+    @activity.defn(name=ACTIVITY_FINISH_RUN)
+    async def finish_run(self, inp: FinishRunInput) -> None:
+        """Keep the ended run's record in its session, then drop its logical checkpoint."""
+        await heartbeating(self.store.save_run_record(inp.record))
+        await heartbeating(self.store.delete_loop_checkpoint(inp.record.snapshot.id))
 
     @activity.defn(name=ACTIVITY_EXPORT)
     async def export_checkpoint(self, inp: ExportInput) -> None:

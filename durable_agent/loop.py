@@ -43,8 +43,9 @@ from durable_agent.run_io import (
 class LoopState:
     """One run's conversation, events and counters."""
 
-    def __init__(self, plan: RunPlan, now_ms: int) -> None:
+    def __init__(self, plan: RunPlan, now_ms: int, prior_runs: tuple[RunRecord, ...] = ()) -> None:
         self.plan = plan
+        self.prior_runs = prior_runs  # the session's ended runs, for the snapshot
         self.created_at_ms = now_ms
         self.updated_at_ms = now_ms
         self.status: RunStatus = "executing"
@@ -118,6 +119,9 @@ class LoopState:
             error=self.error,
         )
 
+    def run_record(self) -> RunRecord:
+        return RunRecord(snapshot=self.snapshot(), events=tuple(self.events))
+
     def loop_checkpoint(self, now_ms: int) -> LoopCheckpoint:
         return LoopCheckpoint(
             session_id=self.plan.session_id,
@@ -132,10 +136,11 @@ class LoopState:
 
     def checkpoint_export(self, now_ms: int) -> SessionCheckpointExportV1:
         """The boundary's export; the same state and time always give the same bytes."""
-        record = RunRecord(snapshot=self.snapshot(), events=tuple(self.events))
         payload = CheckpointPayload(
             logical_resume=self.loop_checkpoint(now_ms),
-            snapshot=SessionSnapshot(session_id=self.plan.session_id, run_records=(record,)),
+            snapshot=SessionSnapshot(
+                session_id=self.plan.session_id, run_records=(*self.prior_runs, self.run_record())
+            ),
         )
         return SessionCheckpointExportV1.build(payload)
 

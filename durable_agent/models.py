@@ -142,7 +142,7 @@ class CheckpointExportFailedEvent(Frozen):
 class PersistenceFailedEvent(Frozen):
     type: Literal["persistence_failed"] = "persistence_failed"
     turn: int
-    operation: Literal["save", "delete"]
+    operation: Literal["save", "load", "finish"]
     reason: str
 
 

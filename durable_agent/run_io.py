@@ -10,7 +10,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from durable_agent.checkpoint import CapabilityBinding, LoopCheckpoint, SessionCheckpointExportV1
+from durable_agent.checkpoint import (
+    CapabilityBinding,
+    LoopCheckpoint,
+    RunRecord,
+    SessionCheckpointExportV1,
+)
 from durable_agent.models import Frozen, Message, TokenUsage, ToolDefinition
 from durable_agent.permissions import PermissionPolicy
 from durable_agent.tool_specs import ToolOffer
@@ -118,8 +123,21 @@ class SaveCheckpointInput(Frozen):
     checkpoint: LoopCheckpoint
 
 
-class DeleteCheckpointInput(Frozen):
+class LoadSessionInput(Frozen):
+    session_id: str
     run_id: str
+
+
+class SessionRuns(Frozen):
+    """The session's other runs, as they ended; part of every export's snapshot."""
+
+    records: tuple[RunRecord, ...] = ()
+
+
+class FinishRunInput(Frozen):
+    """The run's final record; the store keeps it and drops the run's checkpoint."""
+
+    record: RunRecord
 
 
 class ExportInput(Frozen):
@@ -174,5 +192,6 @@ ACTIVITY_RESOLVE = "agent.resolve_run"
 ACTIVITY_MODEL = "agent.model_call"
 ACTIVITY_TOOL = "agent.tool_call"
 ACTIVITY_SAVE_CHECKPOINT = "agent.save_checkpoint"
-ACTIVITY_DELETE_CHECKPOINT = "agent.delete_checkpoint"
+ACTIVITY_LOAD_SESSION = "agent.load_session"
+ACTIVITY_FINISH_RUN = "agent.finish_run"
 ACTIVITY_EXPORT = "agent.export_checkpoint"

@@ -163,3 +163,19 @@ async def test_checkpoint_export_failure_is_observable_but_does_not_halt_the_liv
     assert status.export_failures == 1 and status.exports_delivered == 0
     events = [r.event.type for r in sink.exports[0].open().source_run().events]
     assert "tool_end" in events
+
+
+async def test_a_session_snapshot_holds_every_run_of_the_session(client: Client, tmp_path: Path) -> None:
+    ws = workspace_with(tmp_path, {"evidence.txt": "e\n"})
+    config = scripted_config(tmp_path, [read_call("r1", "evidence.txt"), final()])
+    sink = RecordingSink()
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        first = await (await start(client, queue, ws, session_id="two-run-session")).result()
+        second = await (await start(client, queue, ws, session_id="two-run-session")).result()
+    assert first.run_id != second.run_id
+    payload = sink.exports[-1].open()
+    runs = {r.snapshot.id: r.snapshot for r in payload.snapshot.run_records}
+    assert list(runs) == [first.run_id, second.run_id]
+    assert runs[first.run_id].status == "completed" and runs[first.run_id].result_text
+    assert runs[second.run_id].status == "executing"
+    assert payload.logical_resume.run_id == second.run_id

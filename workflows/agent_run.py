@@ -20,6 +20,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from durable_agent.checkpoint import RunRecord
     from durable_agent.loop import LoopState
     from durable_agent.models import (
         CheckpointExportedEvent,
@@ -34,8 +35,9 @@ with workflow.unsafe.imports_passed_through():
         TurnEndEvent,
     )
     from durable_agent.run_io import (
-        ACTIVITY_DELETE_CHECKPOINT,
         ACTIVITY_EXPORT,
+        ACTIVITY_FINISH_RUN,
+        ACTIVITY_LOAD_SESSION,
         ACTIVITY_MODEL,
         ACTIVITY_RESOLVE,
         ACTIVITY_SAVE_CHECKPOINT,
@@ -47,16 +49,18 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_CANCEL,
         AgentRunInput,
         AgentRunResult,
-        DeleteCheckpointInput,
-        FinalStatus,
         ExportFailure,
         ExportInput,
         ExportRef,
+        FinalStatus,
+        FinishRunInput,
+        LoadSessionInput,
         ModelCallInput,
         ResolveInput,
         RunPlan,
         RunStatusView,
         SaveCheckpointInput,
+        SessionRuns,
         ToolCallInput,
         ToolOutput,
     )
@@ -151,7 +155,11 @@ class AgentRun:
         )
         self._details("resolving the run against the worker config")
         plan = await self._resolve(run_input)
-        state = self._state = LoopState(plan, _now_ms())
+        prior_runs, load_failure = await self._session_runs(plan)
+        state = self._state = LoopState(plan, _now_ms(), prior_runs)
+        if load_failure:
+            state.persistence_failures.append(f"load session failed: {load_failure}")
+            state.emit(PersistenceFailedEvent(turn=0, operation="load", reason=load_failure), _now_ms())
         final: FinalStatus = "completed"
         error: str | None = None
         try:
@@ -164,8 +172,8 @@ class AgentRun:
             final, error = "cancelled", "cancelled by a Temporal cancel request"
         except _RunFailed as exc:
             final, error = "failed", str(exc)
-        await self._delete_checkpoint(state)
         state.finish(final, _now_ms(), error)
+        await self._finish_run(state)
         workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set(final)])
         self._details(f"**{final}**" + (f": {error}" if error else ""))
         return state.result()
@@ -309,21 +317,34 @@ class AgentRun:
         state.exports.append(ExportRef(turn=turn, content_digest=digest))
         state.emit(CheckpointExportedEvent(turn=turn, content_digest=digest), _now_ms())
 
-    async def _delete_checkpoint(self, state: LoopState) -> None:
-        if state.turn == 0:
-            return
+    async def _session_runs(self, plan: RunPlan) -> tuple[tuple[RunRecord, ...], str | None]:
+        """The session's ended runs; a store that cannot be read costs the snapshot, not the run."""
+        try:
+            runs: SessionRuns = await workflow.execute_activity(
+                ACTIVITY_LOAD_SESSION,
+                LoadSessionInput(session_id=plan.session_id, run_id=plan.run_id),
+                result_type=SessionRuns,
+                start_to_close_timeout=timedelta(seconds=plan.timeouts.checkpoint_seconds),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"load session {plan.session_id}",
+            )
+            return runs.records, None
+        except ActivityError as exc:
+            return (), _cause(exc)
+
+    async def _finish_run(self, state: LoopState) -> None:
+        """Keep the ended run in its session and drop its checkpoint from the store."""
         try:
             await workflow.execute_activity(
-                ACTIVITY_DELETE_CHECKPOINT,
-                DeleteCheckpointInput(run_id=state.plan.run_id),
+                ACTIVITY_FINISH_RUN,
+                FinishRunInput(record=state.run_record()),
                 start_to_close_timeout=timedelta(seconds=state.plan.timeouts.checkpoint_seconds),
                 retry_policy=RetryPolicy(maximum_attempts=5),
-                summary="delete checkpoint (run ended)",
+                summary=f"finish run ({state.status}): drop checkpoint",
             )
         except ActivityError as exc:
-            reason = _cause(exc)
-            state.persistence_failures.append(f"delete failed: {reason}")
-            state.emit(PersistenceFailedEvent(turn=state.turn, operation="delete", reason=reason), _now_ms())
+            # after ``end`` there is no event to add: the result and status carry it
+            state.persistence_failures.append(f"finish failed: {_cause(exc)}")
 
     # --- helpers --------------------------------------------------------------
 
