@@ -61,20 +61,34 @@ def start_dev_server(
     if db_file is not None:
         db_file.parent.mkdir(parents=True, exist_ok=True)
         args += ["--db-filename", str(db_file)]
-    out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
-    proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + startup_seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise DevServerError(f"the Temporal dev server exited with code {proc.returncode}")
-        if is_reachable(f"127.0.0.1:{port}", timeout=0.5):
-            return proc
-        time.sleep(0.2)
-    proc.terminate()
-    raise DevServerError(f"the Temporal dev server did not listen on port {port} in {startup_seconds:.0f} s")
+    if log_file is None:
+        proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    else:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_file, "ab") as out:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + startup_seconds
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise DevServerError(f"the Temporal dev server exited with code {proc.returncode}")
+            if is_reachable(f"127.0.0.1:{port}", timeout=0.5):
+                return proc
+            time.sleep(0.2)
+        raise DevServerError(
+            f"the Temporal dev server did not listen on port {port} in {startup_seconds:.0f} s"
+        )
+    except BaseException:
+        # its own session: a Ctrl-C here would not reach it, so stop it ourselves
+        stop_dev_server(proc)
+        raise
 
 
 def stop_dev_server(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
     proc.terminate()
     try:
         proc.wait(timeout)

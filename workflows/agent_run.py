@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
@@ -90,6 +90,9 @@ def _cause(exc: BaseException) -> str:
     """The innermost message of a Temporal failure chain: what actually went wrong."""
     while isinstance(exc, ActivityError) and exc.cause is not None:
         exc = exc.cause
+    # ``str()`` of a Temporal failure prefixes its type; the message alone reads better.
+    if isinstance(exc, FailureError) and exc.message:
+        return exc.message
     return str(exc) or type(exc).__name__
 
 

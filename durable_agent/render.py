@@ -1,0 +1,215 @@
+"""How the CLI shows a run to a person: its live events, its status and its result."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import ValidationError
+
+from durable_agent.models import (
+    CheckpointExportedEvent,
+    CheckpointExportFailedEvent,
+    EndEvent,
+    ErrorEvent,
+    EventRecord,
+    PermissionDeniedEvent,
+    PersistenceFailedEvent,
+    RunStartEvent,
+    TextDeltaEvent,
+    TokenUsage,
+    ToolEndEvent,
+    ToolStartEvent,
+)
+from durable_agent.run_io import AgentRunResult, RunStatusView
+from durable_agent.tool_specs import BUILTIN_TOOLS
+
+DIGEST_HEX_SHOWN = 16
+
+
+def short_digest(digest: str) -> str:
+    """``sha256:`` and the first hex characters: enough to match a file name or a UI line."""
+    algorithm, _, hexdigest = digest.rpartition(":")
+    prefix = f"{algorithm}:" if algorithm else ""
+    return f"{prefix}{hexdigest[:DIGEST_HEX_SHOWN]}…" if len(hexdigest) > DIGEST_HEX_SHOWN else digest
+
+
+def main_argument(tool: str, arguments: dict[str, Any]) -> str:
+    """The argument that says what a tool call touches (its path, its pattern), if any."""
+    spec = BUILTIN_TOOLS.get(tool)
+    if spec is not None and spec.target_arg is not None:
+        value = arguments.get(spec.target_arg)
+        if value is None:
+            # The model may leave out an argument that has a default (``ls`` lists ".").
+            value = spec.args.model_fields[spec.target_arg].default
+        return "" if value is None else str(value)
+    # A tool this module does not know: its first string argument is the best guess.
+    for value in arguments.values():
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+def validation_message(exc: ValidationError) -> str:
+    """A pydantic error as one line a person can act on: ``field: problem; ...``."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors())
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def usage_line(usage: TokenUsage) -> str:
+    """Token usage in one line."""
+    line = f"{usage.total_tokens} (prompt {usage.prompt_tokens}, completion {usage.completion_tokens}"
+    if usage.cache_read_tokens or usage.cache_write_tokens:
+        line += f", cache read {usage.cache_read_tokens}, cache write {usage.cache_write_tokens}"
+    return line + ")"
+
+
+class EventPrinter:
+    """Prints a run's events as a readable live log.
+
+    Model text is written as it arrives, without a line break of its own, so
+    that text streamed in several deltas reads as one paragraph; the next
+    other event closes the line first.
+    """
+
+    def __init__(self, out: TextIO | None = None, indent: str = "  ") -> None:
+        self.out = out or sys.stdout
+        self.indent = indent
+        self._in_text = False
+
+    def _line(self, text: str) -> None:
+        self._close_text()
+        self.out.write(f"{self.indent}{text}\n")
+        self.out.flush()
+
+    def _close_text(self) -> None:
+        if self._in_text:
+            self.out.write("\n")
+            self._in_text = False
+
+    def show(self, record: EventRecord) -> None:
+        """Print one event (some, such as ``turn_end``, print nothing)."""
+        event = record.event
+        if isinstance(event, TextDeltaEvent):
+            if not event.text:
+                return
+            if not self._in_text:
+                self.out.write(self.indent)
+                self._in_text = True
+            self.out.write(event.text.replace("\n", "\n" + self.indent))
+            self.out.flush()
+        elif isinstance(event, RunStartEvent):
+            self._line(f"▶ run started with model {event.model}")
+        elif isinstance(event, ToolStartEvent):
+            target = main_argument(event.name, event.input)
+            self._line(f"→ {event.name} {target}".rstrip())
+        elif isinstance(event, ToolEndEvent):
+            if event.is_error:
+                self._line(f"← error: {_one_line(event.output)}")
+            else:
+                lines = len(event.output.splitlines())
+                self._line(f"← ok ({lines} line{'' if lines == 1 else 's'})")
+        elif isinstance(event, PermissionDeniedEvent):
+            self._line(f"⊘ {event.name}: {event.reason}")
+        elif isinstance(event, CheckpointExportedEvent):
+            self._line(f"✓ export turn {event.turn} acknowledged {short_digest(event.content_digest)}")
+        elif isinstance(event, CheckpointExportFailedEvent):
+            self._line(f"✗ export turn {event.turn} failed: {event.reason}")
+        elif isinstance(event, PersistenceFailedEvent):
+            self._line(f"! checkpoint {event.operation} failed at turn {event.turn}: {event.reason}")
+        elif isinstance(event, ErrorEvent):
+            self._line(f"! error: {event.message}")
+        elif isinstance(event, EndEvent):
+            self._line(f"■ run ended: {event.status}")
+
+    def finish(self) -> None:
+        """End a pending line of model text."""
+        self._close_text()
+        self.out.flush()
+
+
+def print_result(result: AgentRunResult, out: TextIO | None = None) -> None:
+    """The run's outcome: status, final text, counters and every export."""
+    out = out or sys.stdout
+    w = out.write
+    w(f"\nResult: {result.status}\n")
+    if result.error:
+        w(f"  error: {result.error}\n")
+    w(f"  session: {result.session_id}\n  run: {result.run_id}\n")
+    if result.text:
+        w("  final text:\n")
+        for line in result.text.splitlines():
+            w(f"    {line}\n")
+    w(f"  tool calls: {result.tool_calls_count}\n")
+    w(f"  tokens: {usage_line(result.usage)}\n")
+    w(f"  exports acknowledged: {len(result.exports)}\n")
+    for ref in result.exports:
+        w(f"    turn {ref.turn}  {ref.content_digest}\n")
+    w(f"  export failures: {len(result.export_failures) or 'none'}\n")
+    for failure in result.export_failures:
+        w(f"    turn {failure.turn}  {failure.content_digest}: {failure.reason}\n")
+    for problem in result.persistence_failures:
+        w(f"  checkpoint store problem: {problem}\n")
+    out.flush()
+
+
+def print_status(view: RunStatusView, out: TextIO | None = None) -> None:
+    """The ``status`` query's answer, one field a line."""
+    out = out or sys.stdout
+    rows: list[tuple[str, object]] = [
+        ("status", view.status + (" (cancel requested)" if view.cancel_requested else "")),
+        ("session", view.session_id),
+        ("run", view.run_id),
+        ("model", view.model or "-"),
+        ("turn", view.turn),
+        ("tool calls", view.tool_calls),
+        ("exports delivered", view.exports_delivered),
+        ("export failures", view.export_failures),
+        ("persistence failures", view.persistence_failures),
+        ("last export", view.last_content_digest or "-"),
+        ("tokens", usage_line(view.usage)),
+    ]
+    if view.error:
+        rows.append(("error", view.error))
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        out.write(f"{name + ':':<{width + 1}} {value}\n")
+    out.flush()
+
+
+def print_where_to_look(
+    namespace: str,
+    workflow_id: str,
+    run_id: str,
+    ui_base: str | None,
+    exports: Path | None,
+    *,
+    restart_hint: bool = False,
+    out: TextIO | None = None,
+) -> None:
+    """Where a person finds the run afterwards: the Web UI, the export files, the commands."""
+    out = out or sys.stdout
+    w = out.write
+    w("\nWhere to look:\n")
+    if ui_base is not None:
+        w(f"  Web UI:   {ui_base}/namespaces/{namespace}/workflows/{workflow_id}/{run_id}/history\n")
+    else:
+        w(f"  workflow: {workflow_id} (namespace {namespace})\n")
+    if exports is not None:
+        w(f"  exports:  {exports}\n")
+    w(f"  commands: durable-agent status {workflow_id}\n")
+    w(f"            durable-agent events {workflow_id}\n")
+    w(f"            temporal workflow show -w {workflow_id}\n")
+    if restart_hint:
+        # With --exit the server is gone by the time anyone reads this; its history is not.
+        w(
+            "  (--exit: the dev server stops now; its history stays in .agent/temporal.db.\n"
+            "   `temporal server start-dev --db-filename .agent/temporal.db` brings the UI back;\n"
+            "   the status and events commands also need a worker: `durable-agent worker`.)\n"
+        )
+    out.flush()
