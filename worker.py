@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import AgentActivities
-from durable_agent.client import connect, ensure_search_attributes, task_queue
+from durable_agent.client import connect, ensure_search_attributes, exit_process, task_queue
 from durable_agent.config import AgentConfig, ConfigError, load_config
 from workflows import AgentRun
 
@@ -61,4 +61,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    exit_process(asyncio.run(main()))

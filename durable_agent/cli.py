@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import io
-import logging
-import os
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -23,7 +20,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowQuer
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from durable_agent.client import connect, follow_events, start_run
+from durable_agent.client import connect, exit_process, follow_events, start_run
 from durable_agent.client import task_queue as default_task_queue
 from durable_agent.models import EventRecord
 from durable_agent.render import (
@@ -287,12 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     SIGSEGV, temporalio/sdk-python#300), which would turn a finished command
     into a failed one.
     """
-    code = run_cli(argv)
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
+    exit_process(run_cli(argv))
 
 
 if __name__ == "__main__":

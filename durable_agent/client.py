@@ -6,10 +6,13 @@ Not imported by workflow code (it does network I/O).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
@@ -34,6 +37,20 @@ DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_TASK_QUEUE = "agent"
 SEARCH_ATTRIBUTES = (SA_SESSION_ID, SA_RUN_STATUS)
+
+
+def exit_process(code: int) -> NoReturn:
+    """Flush and leave without the interpreter's teardown.
+
+    The Temporal client's Rust threads can crash CPython's finalization (an
+    intermittent SIGSEGV or SIGABRT, temporalio/sdk-python#300), which would
+    turn a finished command into a failed one.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def task_queue() -> str:
@@ -75,6 +92,22 @@ def summary_of(prompt: str, limit: int = 120) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def details_of(run: AgentRunInput) -> str:
+    """The workflow's fixed details in the UI: what the run was started with."""
+    lines = [
+        f"**model:** {run.model or 'the worker default'}",
+        f"**workspace:** `{run.workspace or 'the worker default'}`",
+        f"**session:** {run.session_id or 'the workflow id'}",
+    ]
+    if run.permissions is not None:
+        p = run.permissions
+        lines.append(
+            f"**permissions:** allow {list(p.allow)} · deny {list(p.deny)} · ask {list(p.ask)}"
+            f" · default {p.default}"
+        )
+    return "\n\n".join(lines)
+
+
 async def start_run(
     client: Client,
     run: AgentRunInput,
@@ -91,6 +124,7 @@ async def start_run(
         task_queue=queue or task_queue(),
         result_type=AgentRunResult,
         static_summary=summary_of(run.prompt),
+        static_details=details_of(run),
     )
 
 

@@ -79,6 +79,7 @@ async def test_the_run_reads_like_a_story_in_the_ui(client: Client, tmp_path: Pa
     digest = result.exports[0].content_digest
     assert f"export turn 1 {digest[:19]}…" in summaries
     assert await desc.static_summary() == "Read the evidence and tell me what it says"
+    assert f"**workspace:** `{ws}`" in (await desc.static_details() or "")
     # the UI's "current details": status, counters and the last export
     assert "**completed**" in details
     assert f"last export: `{digest}`" in details
