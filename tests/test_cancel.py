@@ -149,3 +149,21 @@ async def test_cancel_after_a_boundary_stops_before_the_next_model_call(
     ends = [e for e in result.exports]
     assert ends and ends[0].turn == 1
     assert not any(isinstance(e, ToolEndEvent) and e.output.startswith("waited 60") for e in ends)
+
+
+async def test_a_temporal_cancel_request_also_stops_the_tool_in_flight(
+    client: Client, tmp_path: Path
+) -> None:
+    waiter = WaitTools()
+    acts = AgentActivities(wait_config(tmp_path, 60), tools=waiter.tools())  # type: ignore[arg-type]
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, workspace_with(tmp_path, {}), "wait a minute")
+        await asyncio.wait_for(waiter.started.wait(), 10)
+        await handle.cancel()
+        result = await asyncio.wait_for(handle.result(), 15)
+        history = await handle.fetch_history()
+    assert result.status == "cancelled"
+    assert result.error == "cancelled by a Temporal cancel request"
+    # the run waited for the tool to stop rather than abandoning it
+    assert any(e.HasField("activity_task_canceled_event_attributes") for e in history.events)
+    assert waiter.cancelled.is_set() and not waiter.completed.is_set()

@@ -72,6 +72,7 @@ SESSION_ID_KEY = SearchAttributeKey.for_keyword(SA_SESSION_ID)
 RUN_STATUS_KEY = SearchAttributeKey.for_keyword(SA_RUN_STATUS)
 
 _WAIT = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+TEMPORAL_CANCEL_REASON = "cancelled by a Temporal cancel request"
 
 
 class _Cancelled(Exception):
@@ -172,7 +173,7 @@ class AgentRun:
         except asyncio.CancelledError:
             # a Temporal cancel request (UI, CLI): honoured like the signal
             self._cancel_requested = True
-            final, error = "cancelled", "cancelled by a Temporal cancel request"
+            final, error = "cancelled", TEMPORAL_CANCEL_REASON
         except _RunFailed as exc:
             final, error = "failed", str(exc)
         state.finish(final, _now_ms(), error)
@@ -378,7 +379,12 @@ class AgentRun:
             cancellation_type=_WAIT,
             summary=summary,
         )
-        await workflow.wait_condition(lambda: handle.done() or self._cancel_requested)
+        try:
+            await workflow.wait_condition(lambda: handle.done() or self._cancel_requested)
+        except asyncio.CancelledError:
+            # A Temporal cancel request (UI, CLI) does not reach this activity by
+            # itself: treat it as the cancel signal, so the activity stops too.
+            self.cancel(TEMPORAL_CANCEL_REASON)
         if not handle.done():
             handle.cancel()
         try:
