@@ -142,6 +142,7 @@ class AgentActivities:
             export_sink=sink,
             max_tool_rounds=run.max_tool_rounds or config.max_tool_rounds,
             timeouts=config.timeouts,
+            limits=config.limits,
         )
 
     @activity.defn(name=ACTIVITY_MODEL)

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from durable_agent.permissions import PermissionPolicy
-from durable_agent.run_io import Timeouts
+from durable_agent.run_io import Limits, Timeouts
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -75,6 +75,7 @@ class AgentConfig(_Strict):
     )
     permissions: PermissionPolicy = PermissionPolicy(allow=("read(**)", "ls(**)"))
     timeouts: Timeouts = Timeouts()
+    limits: Limits = Limits()
 
     @model_validator(mode="after")
     def _references_exist(self) -> AgentConfig:

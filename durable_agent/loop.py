@@ -89,7 +89,7 @@ class LoopState:
         The results of one assistant step share one user message, which grows
         as each call finishes, so every boundary's conversation is well formed.
         """
-        self.emit(ToolEndEvent(id=call.id, name=call.name, output=output, is_error=is_error), now_ms)
+        self.emit(ToolEndEvent.of(call.id, call.name, output, is_error), now_ms)
         block = ToolResultBlock(tool_use_id=call.id, content=output, is_error=is_error)
         last = self.messages[-1]
         if last.role == "user" and all(isinstance(b, ToolResultBlock) for b in last.content):

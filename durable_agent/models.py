@@ -105,12 +105,29 @@ class ToolStartEvent(Frozen):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+# Events are for watching a run; the conversation (the tool-result messages) is
+# for resuming it. So an event carries the start of a tool's output, not all of
+# it, and a checkpoint does not hold every output twice.
+TOOL_OUTPUT_PREVIEW_CHARS = 2000
+
+
 class ToolEndEvent(Frozen):
     type: Literal["tool_end"] = "tool_end"
     id: str
     name: str
-    output: str
+    output: str  # at most TOOL_OUTPUT_PREVIEW_CHARS characters of it
+    output_chars: int = 0  # the whole output's length
     is_error: bool = False
+
+    @classmethod
+    def of(cls, id: str, name: str, output: str, is_error: bool) -> ToolEndEvent:
+        return cls(
+            id=id,
+            name=name,
+            output=output[:TOOL_OUTPUT_PREVIEW_CHARS],
+            output_chars=len(output),
+            is_error=is_error,
+        )
 
 
 class PermissionDeniedEvent(Frozen):

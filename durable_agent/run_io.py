@@ -67,9 +67,23 @@ class Timeouts(Frozen):
 
     model_seconds: float = 600
     tool_seconds: float = 300
-    heartbeat_seconds: float = 30
+    heartbeat_seconds: float = 10
     checkpoint_seconds: float = 60
     export_max_attempts: int = 5
+
+
+class Limits(Frozen):
+    """Where a run stops cleanly instead of jamming on a Temporal limit.
+
+    A payload over the server's blob limit (2 MB by default) fails the workflow
+    task again and again; a history past 50 MB is terminated. Until histories
+    grow linearly with the run, a run that nears either ends ``failed`` with a
+    clear reason, its exports so far delivered.
+    """
+
+    max_checkpoint_bytes: int = Field(1_500_000, ge=10_000)
+    max_history_bytes: int = Field(40_000_000, ge=10_000)
+    max_history_events: int = Field(40_000, ge=100)
 
 
 class ResolveInput(Frozen):
@@ -93,6 +107,7 @@ class RunPlan(Frozen):
     export_sink: str
     max_tool_rounds: int
     timeouts: Timeouts = Timeouts()
+    limits: Limits = Limits()
 
     def definitions(self) -> list[ToolDefinition]:
         return [t.definition for t in self.tools]

@@ -145,3 +145,39 @@ async def test_max_tool_rounds_ends_the_run_failed(client: Client, tmp_path: Pat
         result = await (await start(client, queue, ws, max_tool_rounds=2)).result()
     assert result.status == "failed" and "max_tool_rounds=2" in (result.error or "")
     assert result.tool_calls_count == 2
+
+
+async def test_a_checkpoint_too_large_for_temporal_ends_the_run_cleanly(
+    client: Client, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "small.txt").write_text("small\n")
+    (ws / "big.txt").write_text("x" * 30_000 + "\n")
+    config = scripted_config(
+        tmp_path,
+        [read_call("r1", "small.txt"), read_call("r2", "big.txt"), final("never")],
+        limits={"max_checkpoint_bytes": 20_000},
+    )
+    sink = RecordingSink()
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        result = await (await start(client, queue, ws)).result()
+    assert result.status == "failed"
+    assert "checkpoint at turn 2" in (result.error or "") and "max_checkpoint_bytes=20000" in (
+        result.error or ""
+    )
+    assert [e.turn for e in result.exports] == [1]  # what was exported stays exported
+    assert result.tool_calls_count == 2
+
+
+async def test_a_history_near_temporal_limits_ends_the_run_cleanly(client: Client, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    config = scripted_config(
+        tmp_path, [read_call(f"r{i}", "a.txt") for i in range(20)], limits={"max_history_events": 100}
+    )
+    async with running_worker(client, AgentActivities(config)) as queue:
+        result = await (await start(client, queue, ws)).result()
+    assert result.status == "failed" and "max_history_events=100" in (result.error or "")
+    assert 1 < result.tool_calls_count < 20

@@ -188,7 +188,8 @@ class AgentRun:
                 ACTIVITY_RESOLVE,
                 ResolveInput(run=run_input, session_id=self._session_id, run_id=self._run_id),
                 result_type=RunPlan,
-                start_to_close_timeout=timedelta(seconds=60),
+                # reads config and stats a folder: a short timeout retries a crashed worker's attempt fast
+                start_to_close_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(maximum_attempts=3),
                 summary="resolve run against worker config",
             )
@@ -202,6 +203,7 @@ class AgentRun:
         plan = state.plan
         while True:
             self._check_cancel()
+            self._check_history(plan)
             response = await self._model_step(state)
             calls = state.add_model_response(response, _now_ms())
             if not calls:
@@ -288,6 +290,14 @@ class AgentRun:
         now = _now_ms()
         export = state.checkpoint_export(now)
         digest = export.descriptor.content_digest
+        if export.descriptor.size_bytes > plan.limits.max_checkpoint_bytes:
+            message = (
+                f"the checkpoint at turn {turn} is {export.descriptor.size_bytes} bytes, over "
+                f"limits.max_checkpoint_bytes={plan.limits.max_checkpoint_bytes}: it cannot pass "
+                "through Temporal as one payload, so the run stops here"
+            )
+            state.emit(ErrorEvent(message=message), _now_ms())
+            raise _RunFailed(message)
         try:
             await self._activity(
                 ACTIVITY_SAVE_CHECKPOINT,
@@ -329,6 +339,7 @@ class AgentRun:
                 LoadSessionInput(session_id=plan.session_id, run_id=plan.run_id),
                 result_type=SessionRuns,
                 start_to_close_timeout=timedelta(seconds=plan.timeouts.checkpoint_seconds),
+                heartbeat_timeout=timedelta(seconds=plan.timeouts.heartbeat_seconds),
                 retry_policy=RetryPolicy(maximum_attempts=3),
                 summary=f"load session {plan.session_id}",
             )
@@ -343,6 +354,7 @@ class AgentRun:
                 ACTIVITY_FINISH_RUN,
                 FinishRunInput(record=state.run_record()),
                 start_to_close_timeout=timedelta(seconds=state.plan.timeouts.checkpoint_seconds),
+                heartbeat_timeout=timedelta(seconds=state.plan.timeouts.heartbeat_seconds),
                 retry_policy=RetryPolicy(maximum_attempts=5),
                 summary=f"finish run ({state.status}): drop checkpoint",
             )
@@ -395,6 +407,20 @@ class AgentRun:
             raise
         self._check_cancel()
         return result  # type: ignore[no-any-return]
+
+    def _check_history(self, plan: RunPlan) -> None:
+        """Stop cleanly before Temporal's history limits would terminate the run."""
+        info = workflow.info()
+        size, length = info.get_current_history_size(), info.get_current_history_length()
+        if size > plan.limits.max_history_bytes or length > plan.limits.max_history_events:
+            message = (
+                f"the run's history holds {length} events, {size} bytes, past limits "
+                f"(max_history_events={plan.limits.max_history_events}, "
+                f"max_history_bytes={plan.limits.max_history_bytes}), so the run stops here"
+            )
+            assert self._state is not None
+            self._state.emit(ErrorEvent(message=message), _now_ms())
+            raise _RunFailed(message)
 
     def _check_cancel(self) -> None:
         if self._cancel_requested:
