@@ -22,12 +22,12 @@ from temporalio.service import RPCError
 
 from durable_agent.client import connect, exit_process, follow_events, start_run
 from durable_agent.client import task_queue as default_task_queue
+from durable_agent.errors import validation_message
 from durable_agent.models import EventRecord
 from durable_agent.render import (
     EventPrinter,
     print_result,
     print_status,
-    validation_message,
 )
 from durable_agent.run_io import (
     QUERY_EVENTS,

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from durable_agent.errors import validation_problems
 from durable_agent.permissions import PermissionPolicy
 from durable_agent.run_io import Limits, Timeouts
 
@@ -111,8 +112,8 @@ def parse_config(data: dict[str, object], base: Path) -> AgentConfig:
     try:
         return AgentConfig.model_validate(data).with_base(base)
     except ValidationError as exc:
-        lines = [f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError("invalid agent config:\n" + "\n".join(lines)) from None
+        lines = "\n".join(f"  {line}" for line in validation_problems(exc))
+        raise ConfigError(f"invalid agent config:\n{lines}") from None
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> AgentConfig:

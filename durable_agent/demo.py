@@ -31,7 +31,8 @@ from durable_agent.devserver import (
     start_dev_server,
     stop_dev_server,
 )
-from durable_agent.render import print_where_to_look, validation_message
+from durable_agent.errors import validation_message
+from durable_agent.render import print_where_to_look
 from durable_agent.run_io import AgentRunInput, AgentRunResult
 
 if TYPE_CHECKING:

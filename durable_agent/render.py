@@ -6,8 +6,6 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from pydantic import ValidationError
-
 from durable_agent.models import (
     CheckpointExportedEvent,
     CheckpointExportFailedEvent,
@@ -49,11 +47,6 @@ def main_argument(tool: str, arguments: dict[str, Any]) -> str:
         if isinstance(value, str):
             return value
     return ""
-
-
-def validation_message(exc: ValidationError) -> str:
-    """A pydantic error as one line a person can act on: ``field: problem; ...``."""
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors())
 
 
 def _one_line(text: str, limit: int = 160) -> str:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from durable_agent.canonical import digest_of
 from durable_agent.checkpoint import CapabilityBinding
+from durable_agent.errors import validation_message
 from durable_agent.models import Frozen, ToolDefinition
 from durable_agent.permissions import PermissionPolicy
 
@@ -114,10 +115,7 @@ def validate_args(spec: ToolSpec, arguments: dict[str, Any]) -> ToolArgs:
     try:
         return spec.args.model_validate(arguments)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ToolCallError(f"invalid arguments for {name!r}: {problems}") from None
+        raise ToolCallError(f"invalid arguments for {name!r}: {validation_message(exc)}") from None
 
 
 def offered_tools(specs: Iterable[ToolSpec], policy: PermissionPolicy) -> list[ToolSpec]:

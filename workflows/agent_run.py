@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from durable_agent.checkpoint import RunRecord
+    from durable_agent.errors import validation_message
     from durable_agent.loop import LoopState
     from durable_agent.models import (
         CheckpointExportedEvent,
@@ -150,7 +151,7 @@ class AgentRun:
         try:
             run_input = AgentRunInput.model_validate(raw)
         except ValidationError as exc:
-            self._pre_status, self._pre_error = "failed", f"invalid AgentRun input: {exc}"
+            self._pre_status, self._pre_error = "failed", f"invalid AgentRun input: {validation_message(exc)}"
             raise ApplicationError(self._pre_error, type="InvalidRunInput", non_retryable=True) from None
         self._session_id = run_input.session_id or info.workflow_id
         self._run_id = info.first_execution_run_id
