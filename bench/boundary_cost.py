@@ -38,16 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities import AgentActivities
 from activities.store import safe_name
 from durable_agent.client import connect, ensure_search_attributes, start_run
 from durable_agent.config import parse_config
-from durable_agent.devserver import temporal_binary
-from durable_agent.run_io import SA_RUN_STATUS, SA_SESSION_ID, AgentRunInput
+from durable_agent.devserver import start_ephemeral_server
+from durable_agent.run_io import AgentRunInput
 from worker import build_worker
 
 
@@ -148,15 +146,7 @@ async def main() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         try:
-            env = await WorkflowEnvironment.start_local(
-                dev_server_existing_path=temporal_binary(),
-                data_converter=pydantic_data_converter,
-                search_attributes=[
-                    SearchAttributeKey.for_keyword(SA_SESSION_ID),
-                    SearchAttributeKey.for_keyword(SA_RUN_STATUS),
-                ],
-                dev_server_log_level="error",
-            )
+            env = await start_ephemeral_server(dev_server_log_level="error")
         finally:
             os.dup2(saved_stdout, 1)
             os.close(saved_stdout)

@@ -8,8 +8,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from durable_agent.run_io import SA_RUN_STATUS, SA_SESSION_ID
+
+if TYPE_CHECKING:
+    from temporalio.testing import WorkflowEnvironment
 
 
 class DevServerError(RuntimeError):
@@ -95,3 +99,21 @@ def stop_dev_server(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> Non
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+async def start_ephemeral_server(**options: Any) -> WorkflowEnvironment:
+    """An in-memory dev server with this project's converter and search attributes.
+
+    For tests, benchmarks and tools that need a throwaway server; ``options``
+    go to ``WorkflowEnvironment.start_local``.
+    """
+    from temporalio.common import SearchAttributeKey
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.testing import WorkflowEnvironment
+
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
+        search_attributes=[SearchAttributeKey.for_keyword(name) for name in (SA_SESSION_ID, SA_RUN_STATUS)],
+        **options,
+    )

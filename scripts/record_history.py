@@ -17,17 +17,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from temporalio.common import SearchAttributeKey
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from activities import AgentActivities  # noqa: E402
 from durable_agent.config import parse_config  # noqa: E402
-from durable_agent.devserver import temporal_binary  # noqa: E402
-from durable_agent.run_io import SA_RUN_STATUS, SA_SESSION_ID  # noqa: E402
+from durable_agent.devserver import start_ephemeral_server  # noqa: E402
 from tests.helpers import final, read_call, running_worker, start, tool_call  # noqa: E402
 
 RESPONSES = [
@@ -40,14 +35,7 @@ RESPONSES = [
 
 
 async def record(out: Path) -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        data_converter=pydantic_data_converter,
-        search_attributes=[
-            SearchAttributeKey.for_keyword(SA_SESSION_ID),
-            SearchAttributeKey.for_keyword(SA_RUN_STATUS),
-        ],
-    )
+    env = await start_ephemeral_server()
     try:
         with tempfile.TemporaryDirectory() as tmp_name:
             tmp = Path(tmp_name)

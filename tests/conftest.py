@@ -7,35 +7,19 @@ from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.client import ensure_search_attributes
-from durable_agent.devserver import temporal_binary
-from durable_agent.run_io import SA_RUN_STATUS, SA_SESSION_ID
+from durable_agent.client import connect, ensure_search_attributes
+from durable_agent.devserver import start_ephemeral_server
 
 
 @pytest.fixture(scope="session")
 async def temporal_client() -> AsyncIterator[Client]:
-    address = os.environ.get("TEMPORAL_ADDRESS")
-    if address:
-        client = await Client.connect(
-            address,
-            namespace=os.environ.get("TEMPORAL_NAMESPACE", "default"),
-            data_converter=pydantic_data_converter,
-        )
+    if os.environ.get("TEMPORAL_ADDRESS"):
+        client = await connect()  # TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE, as Temporal's tools read them
         await ensure_search_attributes(client)
         yield client
         return
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        data_converter=pydantic_data_converter,
-        search_attributes=[
-            SearchAttributeKey.for_keyword(SA_SESSION_ID),
-            SearchAttributeKey.for_keyword(SA_RUN_STATUS),
-        ],
-    )
+    env = await start_ephemeral_server()
     try:
         yield env.client
     finally:
