@@ -12,6 +12,7 @@ import asyncio
 import logging
 import signal
 import sys
+from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -24,13 +25,24 @@ from workflows import AgentRun
 log = logging.getLogger("durable_agent.worker")
 
 
-def build_worker(client: Client, activities: AgentActivities, queue: str | None = None) -> Worker:
-    """A worker for ``AgentRun`` and its activities on ``queue``."""
+def build_worker(
+    client: Client,
+    activities: AgentActivities,
+    queue: str | None = None,
+    *,
+    graceful_shutdown: timedelta = timedelta(0),
+) -> Worker:
+    """A worker for ``AgentRun`` and its activities on ``queue``.
+
+    ``graceful_shutdown`` is how long a stopping worker lets the activities in
+    flight finish before it cancels them (Temporal then retries them elsewhere).
+    """
     return Worker(
         client,
         task_queue=queue or task_queue(),
         workflows=[AgentRun],
         activities=activities.all(),
+        graceful_shutdown_timeout=graceful_shutdown,
     )
 
 
@@ -48,13 +60,14 @@ async def main() -> int:
         return 2
     client = await connect()
     await ensure_search_attributes(client)
-    worker = build_worker(client, activities)
+    # A deploy's SIGTERM lets a tool or model call in flight finish (compose allows 30 s).
+    worker = build_worker(client, activities, graceful_shutdown=timedelta(seconds=20))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    log.info("worker on task queue %r, namespace %r", worker.task_queue, client.namespace)
     async with worker:
+        log.info("worker polling task queue %r in namespace %r", worker.task_queue, client.namespace)
         await stop.wait()
         log.info("shutting down: finishing the activities in flight")
     return 0
