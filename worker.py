@@ -43,6 +43,9 @@ def build_worker(
         workflows=[AgentRun],
         activities=activities.all(),
         graceful_shutdown_timeout=graceful_shutdown,
+        # Heartbeats carry a streaming model call's text to followers, and a
+        # cancel reaches an activity only on a heartbeat's answer: at least one a second.
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
     )
 
 

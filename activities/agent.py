@@ -17,7 +17,7 @@ from activities.store import FilesystemSessionStore, SessionStore
 from activities.tools import Tool, ToolFailure, builtin_tools
 from durable_agent.checkpoint import ExportError
 from durable_agent.config import AgentConfig
-from durable_agent.models import ModelResponse
+from durable_agent.models import LiveText, ModelResponse
 from durable_agent.run_io import (
     ACTIVITY_EXPORT,
     ACTIVITY_FINISH_RUN,
@@ -47,6 +47,7 @@ from durable_agent.tool_specs import (
 T = TypeVar("T")
 
 INVALID_RUN_INPUT = "InvalidRunInput"
+LIVE_TEXT_INTERVAL_SECONDS = 0.25
 
 
 def usage_error(message: str) -> ApplicationError:
@@ -54,17 +55,24 @@ def usage_error(message: str) -> ApplicationError:
     return ApplicationError(message, type=INVALID_RUN_INPUT, non_retryable=True)
 
 
-async def heartbeating(awaitable: Awaitable[T]) -> T:
-    """Await while heartbeating, so a cancel reaches the activity within seconds."""
+async def heartbeating(awaitable: Awaitable[T], details: Callable[[], object] | None = None) -> T:
+    """Await while heartbeating, so a cancel reaches the activity within seconds.
+
+    With ``details``, each heartbeat carries what it returns (a streaming model
+    call's text so far), and heartbeats come often enough for a follower to see
+    text appear; the worker's throttle decides how often they reach the server.
+    """
     timeout = activity.info().heartbeat_timeout
     interval = timeout.total_seconds() / 3 if timeout else 5.0
+    if details is not None:
+        interval = min(interval, LIVE_TEXT_INTERVAL_SECONDS)
     task = asyncio.ensure_future(awaitable)
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=interval)
             if done:
                 return task.result()
-            activity.heartbeat()
+            activity.heartbeat(*(() if details is None else (details(),)))
     finally:
         if not task.done():
             task.cancel()
@@ -152,8 +160,13 @@ class AgentActivities:
         provider = self.providers.get(provider_name)
         if provider is None:
             raise usage_error(f"model provider {provider_name!r} is not configured on this worker")
+        attempt = activity.info().attempt
+        text: list[str] = []
         try:
-            return await heartbeating(provider.complete(inp, model))
+            return await heartbeating(
+                provider.complete(inp, model, text.append),
+                details=lambda: LiveText(attempt=attempt, text="".join(text)),
+            )
         except ProviderError as exc:
             raise ApplicationError(
                 str(exc),

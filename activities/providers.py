@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
@@ -30,8 +31,17 @@ class ProviderError(Exception):
         self.retry_after = retry_after
 
 
+TextSink = Callable[[str], None]
+
+
 class ModelProvider(Protocol):
-    async def complete(self, call: ModelCallInput, model: str) -> ModelResponse: ...
+    """One model vendor's wire protocol.
+
+    ``complete`` returns the whole step; a streaming provider also hands each
+    piece of answer text to ``on_text`` as it arrives, so followers see it live.
+    """
+
+    async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse: ...
 
 
 def read_credential(env_var: str, provider: str) -> str:
@@ -96,7 +106,7 @@ class ScriptedProvider:
         key = read_credential(config.api_key_env, name) if config.api_key_env else None
         return cls(name, load_script(config.script), key)
 
-    async def complete(self, call: ModelCallInput, model: str) -> ModelResponse:
+    async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
         step = sum(1 for m in call.messages if m.role == "assistant")
         if step >= len(self.script.responses):
             raise ProviderError(
@@ -105,8 +115,7 @@ class ScriptedProvider:
                 retryable=False,
             )
         scripted = self.script.responses[step]
-        if scripted.delay_ms:
-            await asyncio.sleep(scripted.delay_ms / 1000)
+        await self._stream(scripted.text or "", scripted.delay_ms / 1000, on_text)
         blocks: list[TextBlock | ToolUseBlock] = []
         if scripted.text:
             blocks.append(TextBlock(text=scripted.text))
@@ -121,6 +130,20 @@ class ScriptedProvider:
             usage=scripted.usage,
             stop_reason="tool_use" if scripted.tool_calls else "end_turn",
         )
+
+    @staticmethod
+    async def _stream(text: str, seconds: float, on_text: TextSink) -> None:
+        """Hand the text out word by word over ``seconds``, as a streaming model would."""
+        words = text.split(" ")
+        if not seconds or not text:
+            if text:
+                on_text(text)
+            await asyncio.sleep(seconds)
+            return
+        pause = seconds / len(words)
+        for i, word in enumerate(words):
+            on_text(word if i == 0 else " " + word)
+            await asyncio.sleep(pause)
 
 
 def build_providers(config: AgentConfig) -> dict[str, ModelProvider]:

@@ -20,7 +20,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowQuer
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from durable_agent.client import connect, exit_process, follow_events, start_run
+from durable_agent.client import connect, exit_process, follow_events, follow_run, start_run
 from durable_agent.client import task_queue as default_task_queue
 from durable_agent.errors import validation_message
 from durable_agent.models import EventRecord
@@ -60,7 +60,7 @@ def _failure_text(exc: WorkflowFailureError) -> str:
 async def follow_and_report(handle: WorkflowHandle[Any, AgentRunResult]) -> AgentRunResult | None:
     """Print the run's live log and then its result; ``None`` when the workflow itself failed."""
     printer = EventPrinter()
-    async for record in follow_events(handle):
+    async for record in follow_run(handle):
         printer.show(record)
     printer.finish()
     try:

@@ -19,12 +19,14 @@ from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
+from temporalio.service import RPCError
 
-from durable_agent.models import EndEvent, EventRecord
+from durable_agent.models import EndEvent, EventRecord, LiveText
 from durable_agent.run_io import (
+    ACTIVITY_MODEL,
     QUERY_EVENTS,
     SA_RUN_STATUS,
     SA_SESSION_ID,
@@ -136,12 +138,34 @@ async def follow_events(
     Stops early, without an ``end``, if the workflow closes without one (for
     example when its input was refused).
     """
+    async for item in _follow(handle, after, poll_seconds, live_text=False):
+        if isinstance(item, EventRecord):
+            yield item
+
+
+async def follow_run(
+    handle: WorkflowHandle[Any, Any], *, after: int = 0, poll_seconds: float = 0.2
+) -> AsyncIterator[EventRecord | LiveText]:
+    """Like ``follow_events``, with the model's text while it streams.
+
+    A ``LiveText`` is the text so far of the model call in flight; the
+    ``text_delta`` event that follows when the call completes holds the same
+    text for good. A higher ``attempt`` replaces what an earlier one showed.
+    """
+    async for item in _follow(handle, after, poll_seconds, live_text=True):
+        yield item
+
+
+async def _follow(
+    handle: WorkflowHandle[Any, Any], after: int, poll_seconds: float, *, live_text: bool
+) -> AsyncIterator[EventRecord | LiveText]:
     idle_polls = 0
+    shown: LiveText | None = None
     while True:
         try:
             batch: list[EventRecord] = await handle.query(QUERY_EVENTS, after, result_type=list[EventRecord])
-        except Exception:
-            batch = []
+        except RPCError:
+            batch = []  # no worker has the run right now (one is starting, or taking it over)
         for record in batch:
             after = record.sequence
             yield record
@@ -149,10 +173,30 @@ async def follow_events(
                 return
         if batch:
             idle_polls = 0
+            shown = None
         else:
             idle_polls += 1
-            if idle_polls % 10 == 0:
+            if live_text or idle_polls % 10 == 0:
                 desc = await handle.describe()
                 if desc.status != WorkflowExecutionStatus.RUNNING:
                     return
+                live = _live_text(desc) if live_text else None
+                if live is not None and live != shown and live.text:
+                    shown = live
+                    yield live
         await asyncio.sleep(poll_seconds)
+
+
+def _live_text(desc: WorkflowExecutionDescription) -> LiveText | None:
+    """The streaming text of the model call in flight, from its latest heartbeat."""
+    for pending in desc.raw_description.pending_activities:
+        if pending.activity_type.name != ACTIVITY_MODEL or not pending.heartbeat_details.payloads:
+            continue
+        converter = pydantic_data_converter.payload_converter
+        try:
+            [live] = converter.from_payloads(pending.heartbeat_details.payloads, [LiveText])
+        except Exception:
+            return None
+        # details left over from a failed attempt are stale until the new one heartbeats
+        return live if isinstance(live, LiveText) and live.attempt == pending.attempt else None
+    return None

@@ -84,6 +84,20 @@ class ToolDefinition(Frozen):
     input_schema: dict[str, Any]
 
 
+class LiveText(Frozen):
+    """A model call's text so far, while it streams (its activity's heartbeat details).
+
+    Not an event of the run: it lives only while the call runs, and a retried
+    call starts again from nothing with a higher ``attempt``, so a follower
+    replaces the text it shows rather than appending a second copy. The run's
+    durable ``text_delta`` event follows when the call completes.
+    """
+
+    type: Literal["live_text"] = "live_text"
+    attempt: int
+    text: str
+
+
 # --- events -----------------------------------------------------------------
 
 

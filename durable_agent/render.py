@@ -12,6 +12,7 @@ from durable_agent.models import (
     EndEvent,
     ErrorEvent,
     EventRecord,
+    LiveText,
     PermissionDeniedEvent,
     PersistenceFailedEvent,
     RunStartEvent,
@@ -74,6 +75,7 @@ class EventPrinter:
         self.out = out or sys.stdout
         self.indent = indent
         self._in_text = False
+        self._live: LiveText | None = None  # what was shown of the model call in flight
 
     def _line(self, text: str) -> None:
         self._close_text()
@@ -85,17 +87,42 @@ class EventPrinter:
             self.out.write("\n")
             self._in_text = False
 
-    def show(self, record: EventRecord) -> None:
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        if not self._in_text:
+            self.out.write(self.indent)
+            self._in_text = True
+        self.out.write(text.replace("\n", "\n" + self.indent))
+        self.out.flush()
+
+    def show_live(self, live: LiveText) -> None:
+        """Print what is new of a streaming model call; a retry starts its text afresh."""
+        shown = self._live
+        if shown is not None and live.attempt != shown.attempt:
+            self._line(f"↻ the model call is retried (attempt {live.attempt}); its answer so far:")
+            shown = None
+        if shown is not None and live.text.startswith(shown.text):
+            self._text(live.text[len(shown.text) :])
+        else:
+            self._text(live.text)
+        self._live = live
+
+    def show(self, record: EventRecord | LiveText) -> None:
         """Print one event (some, such as ``turn_end``, print nothing)."""
+        if isinstance(record, LiveText):
+            self.show_live(record)
+            return
         event = record.event
         if isinstance(event, TextDeltaEvent):
-            if not event.text:
-                return
-            if not self._in_text:
-                self.out.write(self.indent)
-                self._in_text = True
-            self.out.write(event.text.replace("\n", "\n" + self.indent))
-            self.out.flush()
+            # the durable text of a call that was shown while it streamed: print only what is missing
+            live, self._live = self._live, None
+            if live is not None and event.text.startswith(live.text):
+                self._text(event.text[len(live.text) :])
+            else:
+                if live is not None:
+                    self._close_text()
+                self._text(event.text)
         elif isinstance(event, RunStartEvent):
             self._line(f"▶ run started with model {event.model}")
         elif isinstance(event, ToolStartEvent):
@@ -106,7 +133,8 @@ class EventPrinter:
                 self._line(f"← error: {_one_line(event.output)}")
             else:
                 lines = len(event.output.splitlines())
-                self._line(f"← ok ({lines} line{'' if lines == 1 else 's'})")
+                more = "+" if event.output_chars > len(event.output) else ""
+                self._line(f"← ok ({lines}{more} line{'' if lines == 1 else 's'})")
         elif isinstance(event, PermissionDeniedEvent):
             self._line(f"⊘ {event.name}: {event.reason}")
         elif isinstance(event, CheckpointExportedEvent):

@@ -8,10 +8,17 @@ from pathlib import Path
 from temporalio.client import Client
 
 from activities import AgentActivities
-from activities.providers import ModelProvider, build_providers
+from activities.providers import ModelProvider, TextSink, build_providers
 from durable_agent.checkpoint import tool_end_ids
-from durable_agent.client import follow_events
-from durable_agent.models import EndEvent, ModelResponse, ToolResultBlock
+from durable_agent.client import follow_events, follow_run
+from durable_agent.models import (
+    EndEvent,
+    EventRecord,
+    LiveText,
+    ModelResponse,
+    TextDeltaEvent,
+    ToolResultBlock,
+)
 from durable_agent.run_io import AgentRunResult, ModelCallInput, RunStatusView
 from tests.helpers import (
     BlockingSink,
@@ -32,9 +39,9 @@ class CountingProvider:
         self.inner = inner
         self.calls = 0
 
-    async def complete(self, call: ModelCallInput, model: str) -> ModelResponse:
+    async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
         self.calls += 1
-        return await self.inner.complete(call, model)
+        return await self.inner.complete(call, model, on_text)
 
 
 async def run_with_sink(
@@ -179,3 +186,22 @@ async def test_a_session_snapshot_holds_every_run_of_the_session(client: Client,
     assert runs[first.run_id].status == "completed" and runs[first.run_id].result_text
     assert runs[second.run_id].status == "executing"
     assert payload.logical_resume.run_id == second.run_id
+
+
+async def test_a_follower_sees_the_model_text_while_it_streams(client: Client, tmp_path: Path) -> None:
+    ws = workspace_with(tmp_path, {})
+    text = "one two three four five six seven eight nine ten"
+    config = scripted_config(tmp_path, [{"text": text, "delay_ms": 3000}])
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(client, queue, ws, "count to ten slowly")
+        seen = [item async for item in follow_run(handle)]
+    live = [i for i in seen if isinstance(i, LiveText)]
+    events = [i for i in seen if isinstance(i, EventRecord)]
+    assert len(live) >= 2, "the text should show up in pieces while the call runs"
+    assert all(text.startswith(piece.text) for piece in live)
+    assert len({piece.text for piece in live}) == len(live)  # each one new
+    assert live[0].text != text  # the first piece arrived before the answer was complete
+    assert all(piece.attempt == 1 for piece in live)
+    deltas = [e.event for e in events if isinstance(e.event, TextDeltaEvent)]
+    assert [d.text for d in deltas] == [text]  # the durable event holds the whole text, once
+    assert seen.index(live[-1]) < seen.index(next(e for e in events if isinstance(e.event, TextDeltaEvent)))
