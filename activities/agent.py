@@ -149,6 +149,7 @@ class AgentActivities:
             capability_binding=capability_binding((o.definition for o in offers), permissions),
             export_sink=sink,
             max_tool_rounds=run.max_tool_rounds or config.max_tool_rounds,
+            approval_timeout_seconds=run.approval_timeout_seconds or config.approval_timeout_seconds,
             timeouts=config.timeouts,
             limits=config.limits,
         )

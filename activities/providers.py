@@ -17,7 +17,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from durable_agent.config import AgentConfig, ConfigError, ScriptedProviderConfig
+from durable_agent.config import AgentConfig, ConfigError, OpenAIProviderConfig, ScriptedProviderConfig
 from durable_agent.models import Message, ModelResponse, TextBlock, TokenUsage, ToolUseBlock
 from durable_agent.run_io import ModelCallInput
 
@@ -147,8 +147,20 @@ class ScriptedProvider:
 
 
 def build_providers(config: AgentConfig) -> dict[str, ModelProvider]:
-    """Build every configured provider; raises ``ConfigError`` on the first bad one."""
+    """Build every configured provider; raises ``ConfigError`` on the first bad one.
+
+    Credentials are read here, so a worker missing one refuses to start.
+    """
+    # Imported here: the HTTP providers import ``ProviderError`` from this module.
+    from activities.http_providers.anthropic import AnthropicProvider
+    from activities.http_providers.openai import OpenAIProvider
+
     providers: dict[str, ModelProvider] = {}
     for name, pc in config.providers.items():
-        providers[name] = ScriptedProvider.from_config(name, pc)
+        if isinstance(pc, ScriptedProviderConfig):
+            providers[name] = ScriptedProvider.from_config(name, pc)
+        elif isinstance(pc, OpenAIProviderConfig):
+            providers[name] = OpenAIProvider.from_config(name, pc)
+        else:
+            providers[name] = AnthropicProvider.from_config(name, pc)
     return providers

@@ -1,24 +1,31 @@
-"""Tool implementations, each confined to the run's workspace.
+"""The tool seam: what a tool is, how its paths are confined, and the built-in set.
 
-Every built-in tool here only reads, so running one again after a crash
-(Temporal runs activities at least once) gives the same answer and changes
-nothing.
+The built-in tools live in ``tools_fs`` (read, write, edit, ls),
+``tools_search`` (glob, grep) and ``tools_bash`` (bash). Every one is
+confined to the run's workspace: a path that leads outside it, by ``..``, by
+being absolute or through a symbolic link, is refused before anything is read
+or written.
+
+The activity runs each tool under ``heartbeating``, so a cancel reaches the
+tool's coroutine as ``asyncio.CancelledError``. Tools that block run in a
+thread; the long ones (glob, grep) watch a stop flag so that a cancelled
+search ends instead of running on in its thread.
+
+Temporal runs activities at least once, so any tool call may run again after
+a worker crash; ``durable_agent.tool_specs`` documents what each repeat does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import stat
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durable_agent.tool_specs import BUILTIN_TOOLS, LsArgs, ReadArgs, ToolArgs, ToolSpec
-
-READ_MAX_BYTES = 256 * 1024
-LS_MAX_ENTRIES = 1000
+from durable_agent.tool_args import LS_MAX_ENTRIES, READ_MAX_BYTES, READ_MAX_LINE_CHARS, ToolArgs
+from durable_agent.tool_specs import BUILTIN_TOOLS, ToolSpec
 
 
 class ToolFailure(Exception):
@@ -30,84 +37,92 @@ ToolImpl = Callable[[Any, Path], Awaitable[str]]
 
 @dataclass(frozen=True)
 class Tool:
+    """A tool a worker can run: its spec and its coroutine ``run(args, workspace)``."""
+
     spec: ToolSpec
     run: ToolImpl
 
 
 def confine(workspace: Path, path: str) -> Path:
-    """Resolve ``path`` inside ``workspace``, following links; refuse anything outside."""
+    """Resolve ``path`` inside ``workspace``, following links; refuse anything outside.
+
+    Links are resolved as far as the path exists, so a link to an outside file,
+    a linked folder on the way and a link dangling towards the outside are all
+    refused, as are ``..`` and absolute paths that leave the workspace.
+    """
     root = workspace.resolve()
-    candidate = (root / path).resolve()
+    try:
+        candidate = (root / path).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # a link loop, a NUL byte
+        raise ToolFailure(f"path {path!r} cannot be resolved: {exc}") from None
     if candidate != root and not candidate.is_relative_to(root):
         raise ToolFailure(f"path {path!r} is outside the workspace")
     return candidate
 
 
-def _read(args: ReadArgs, workspace: Path) -> str:
-    path = confine(workspace, args.file_path)
+def is_inside(root: Path, path: Path) -> bool:
+    """Whether ``path``, links resolved, is ``root`` (itself resolved) or under it."""
     try:
-        if path.is_dir():
-            raise ToolFailure(f"{args.file_path!r} is a folder; use ls to list it")
-        with path.open("rb") as f:
-            data = f.read(READ_MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise ToolFailure(f"file {args.file_path!r} does not exist") from None
-    except PermissionError:
-        raise ToolFailure(f"file {args.file_path!r} cannot be read (permission denied)") from None
-    if b"\0" in data[:8192]:
-        size = path.stat().st_size
-        return f"{args.file_path} is a binary file ({size} bytes); its content is not shown"
-    truncated = len(data) > READ_MAX_BYTES
-    text = data[:READ_MAX_BYTES].decode("utf-8", errors="replace")
-    lines = text.splitlines()
-    if truncated and lines:
-        lines = lines[:-1]  # the last line may be cut mid-way
-    end = len(lines) if args.limit is None else min(len(lines), args.offset + args.limit)
-    shown = lines[args.offset : end]
-    out = "\n".join(f"{n:>6}\t{line}" for n, line in enumerate(shown, start=args.offset + 1))
-    notes = []
-    if truncated:
-        notes.append(f"[output cut: the file is larger than {READ_MAX_BYTES} bytes; use offset/limit]")
-    elif end < len(lines):
-        notes.append(f"[{len(lines) - end} more lines; use offset={end} to read on]")
-    if not shown and not notes:
-        return f"[{args.file_path} has no lines at offset {args.offset}]"
-    return "\n".join([out, *notes]) if out else "\n".join(notes)
+        real = path.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return real == root or real.is_relative_to(root)
 
 
-def _ls(args: LsArgs, workspace: Path) -> str:
-    folder = confine(workspace, args.path)
-    try:
-        names = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        raise ToolFailure(f"folder {args.path!r} does not exist") from None
-    except NotADirectoryError:
-        raise ToolFailure(f"{args.path!r} is a file; use read to see it") from None
-    lines = []
-    for name in names[:LS_MAX_ENTRIES]:
-        st = os.lstat(folder / name)
-        if stat.S_ISLNK(st.st_mode):
-            lines.append(f"link  {name} -> {os.readlink(folder / name)}")
-        elif stat.S_ISDIR(st.st_mode):
-            lines.append(f"dir   {name}/")
-        else:
-            lines.append(f"file  {name}  ({st.st_size} bytes)")
-    if len(names) > LS_MAX_ENTRIES:
-        lines.append(f"[{len(names) - LS_MAX_ENTRIES} more entries not shown]")
-    return "\n".join(lines) if lines else f"[{args.path} is empty]"
+def threaded(fn: Callable[[Any, Path], str]) -> ToolImpl:
+    """Run a blocking tool in a thread, off the worker's event loop."""
 
-
-def _threaded(fn: Callable[[Any, Path], str]) -> ToolImpl:
     async def run(args: Any, workspace: Path) -> str:
         return await asyncio.to_thread(fn, args, workspace)
 
     return run
 
 
+def stoppable(fn: Callable[[Any, Path, threading.Event], str]) -> ToolImpl:
+    """Like ``threaded``, for a long tool that checks ``stop`` and returns early once it is set.
+
+    A thread cannot be interrupted, so on cancel the flag is set and the
+    cancellation goes on at once; the search notices the flag between entries.
+    """
+
+    async def run(args: Any, workspace: Path) -> str:
+        stop = threading.Event()
+        try:
+            return await asyncio.to_thread(fn, args, workspace, stop)
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+
+    return run
+
+
 def builtin_tools() -> dict[str, Tool]:
     """The tools every worker has; tests and embedders may add their own."""
-    impls: dict[str, Callable[[Any, Path], str]] = {"read": _read, "ls": _ls}
-    return {name: Tool(BUILTIN_TOOLS[name], _threaded(fn)) for name, fn in impls.items()}
+    # Imported here because those modules import this one's ``ToolFailure`` and ``confine``.
+    from activities import tools_bash, tools_fs, tools_search
+
+    impls: dict[str, ToolImpl] = {
+        "read": threaded(tools_fs.read),
+        "write": threaded(tools_fs.write),
+        "edit": threaded(tools_fs.edit),
+        "ls": threaded(tools_fs.ls),
+        "glob": stoppable(tools_search.glob),
+        "grep": stoppable(tools_search.grep),
+        "bash": tools_bash.bash,
+    }
+    return {name: Tool(BUILTIN_TOOLS[name], impl) for name, impl in impls.items()}
 
 
-__all__ = ["Tool", "ToolArgs", "ToolFailure", "builtin_tools", "confine"]
+__all__ = [
+    "LS_MAX_ENTRIES",
+    "READ_MAX_BYTES",
+    "READ_MAX_LINE_CHARS",
+    "Tool",
+    "ToolArgs",
+    "ToolFailure",
+    "builtin_tools",
+    "confine",
+    "is_inside",
+    "stoppable",
+    "threaded",
+]

@@ -20,6 +20,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowQuer
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from durable_agent.cli_approvals import add_commands as add_approval_commands
 from durable_agent.client import connect, exit_process, follow_events, follow_run, start_run
 from durable_agent.client import task_queue as default_task_queue
 from durable_agent.errors import validation_message
@@ -129,6 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "session_id": args.session_id,
         "export_sink": args.sink,
         "max_tool_rounds": args.max_tool_rounds,
+        "approval_timeout_seconds": args.approval_timeout,
         "permissions": _policy(args),
     }
     try:
@@ -239,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--session-id")
     run.add_argument("--sink", help="the export sink's name in the worker config")
     run.add_argument("--max-tool-rounds", type=int)
+    run.add_argument(
+        "--approval-timeout", type=float, metavar="SECONDS", help="deny a waiting call after this"
+    )
     for kind in ("allow", "deny", "ask"):
         run.add_argument(f"--{kind}", action="append", metavar="RULE", help=f"{kind} rule, e.g. 'read(**)'")
     run.add_argument("--default", choices=("allow", "deny", "ask"), help="decision when no rule matches")
@@ -258,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.choices["status"].add_argument("--json", action="store_true", help="print the view as JSON")
     sub.choices["cancel"].add_argument("--reason", help="recorded as the run's error")
     sub.choices["events"].add_argument("--follow", action="store_true", help="print until the run ends")
+
+    add_approval_commands(sub, _network)
 
     verify = sub.add_parser("verify", help="check export files written by the filesystem sink")
     verify.add_argument("files", nargs="+", metavar="EXPORT_JSON")

@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from durable_agent.errors import validation_problems
 from durable_agent.permissions import PermissionPolicy
@@ -39,7 +39,81 @@ class ScriptedProviderConfig(_Strict):
     api_key_env: str | None = None
 
 
-ProviderConfig = Annotated[ScriptedProviderConfig, Field(discriminator="kind")]
+class ModelSettings(_Strict):
+    """Overrides for one model of an HTTP provider; unset fields inherit the provider's."""
+
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class ResolvedModelSettings(_Strict):
+    """What one call to one model sends: the provider's settings with the model's overrides."""
+
+    max_tokens: int | None
+    temperature: float | None
+    headers: dict[str, str]
+
+
+class HttpProviderConfig(_Strict):
+    """Settings every HTTP provider kind takes; see each kind for its defaults."""
+
+    base_url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0)
+    # How long to wait to connect, and then for each next piece of a streamed
+    # answer; the model activity's own timeout bounds the whole call.
+    timeout_seconds: float = Field(120, gt=0)
+    models: dict[str, ModelSettings] = Field(default_factory=dict)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
+        return value.rstrip("/")
+
+    def settings_for(self, model: str) -> ResolvedModelSettings:
+        """The settings for ``model``: its ``[models."name"]`` entry over the provider's."""
+        own = self.models.get(model, ModelSettings())
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        headers.update({k.lower(): v for k, v in own.headers.items()})
+        return ResolvedModelSettings(
+            max_tokens=own.max_tokens if own.max_tokens is not None else self.max_tokens,
+            temperature=own.temperature if own.temperature is not None else self.temperature,
+            headers=headers,
+        )
+
+
+class OpenAIProviderConfig(HttpProviderConfig):
+    """The Chat Completions wire protocol: OpenAI, and vLLM, Ollama, OpenRouter and the like."""
+
+    kind: Literal["openai"]
+    base_url: str = "https://api.openai.com/v1"
+    # Optional: local servers (Ollama, vLLM, LM Studio) often take no key.
+    api_key_env: str | None = None
+    # Unset: the server's default (reasoning models refuse an explicit ``max_tokens``).
+    max_tokens: int | None = Field(None, ge=1)
+
+
+class AnthropicProviderConfig(HttpProviderConfig):
+    """The Anthropic Messages wire protocol."""
+
+    kind: Literal["anthropic"]
+    base_url: str = "https://api.anthropic.com"
+    api_key_env: str
+    # The Messages API requires a limit; 4096 is within every current model's.
+    max_tokens: int = Field(4096, ge=1)
+
+
+ProviderConfig = Annotated[
+    ScriptedProviderConfig | OpenAIProviderConfig | AnthropicProviderConfig, Field(discriminator="kind")
+]
+
+
+def _demo_providers() -> dict[str, ProviderConfig]:
+    return {"scripted": ScriptedProviderConfig(kind="scripted", script=DATA_DIR / "demo_script.json")}
 
 
 class FilesystemStoreConfig(_Strict):
@@ -65,11 +139,9 @@ class AgentConfig(_Strict):
         "before you answer, and say what you found."
     )
     max_tool_rounds: int = Field(50, ge=1, le=10_000)
-    providers: dict[str, ProviderConfig] = Field(
-        default_factory=lambda: {
-            "scripted": ScriptedProviderConfig(kind="scripted", script=DATA_DIR / "demo_script.json")
-        }
-    )
+    # How long a call that needs a person's approval waits before it is denied (none: for ever).
+    approval_timeout_seconds: float | None = Field(None, gt=0)
+    providers: dict[str, ProviderConfig] = Field(default_factory=_demo_providers)
     store: FilesystemStoreConfig = FilesystemStoreConfig()
     sinks: dict[str, SinkConfig] = Field(
         default_factory=lambda: {"local": FilesystemSinkConfig(path=Path(".agent/exports"))}
@@ -95,7 +167,10 @@ class AgentConfig(_Strict):
             return p if p.is_absolute() else (base / p)
 
         providers = {
-            name: p.model_copy(update={"script": fix(p.script)}) for name, p in self.providers.items()
+            name: p.model_copy(update={"script": fix(p.script)})
+            if isinstance(p, ScriptedProviderConfig)
+            else p
+            for name, p in self.providers.items()
         }
         sinks = {name: s.model_copy(update={"path": fix(s.path)}) for name, s in self.sinks.items()}
         return self.model_copy(

@@ -35,6 +35,7 @@ from durable_agent.run_io import (
     ExportFailure,
     ExportRef,
     FinalStatus,
+    PendingApproval,
     RunPlan,
     RunStatusView,
 )
@@ -144,11 +145,13 @@ class LoopState:
         )
         return SessionCheckpointExportV1.build(payload)
 
-    def status_view(self, cancel_requested: bool) -> RunStatusView:
+    def status_view(
+        self, cancel_requested: bool, pending_approvals: tuple[PendingApproval, ...] = ()
+    ) -> RunStatusView:
         return RunStatusView(
             session_id=self.plan.session_id,
             run_id=self.plan.run_id,
-            status=self.status,
+            status="awaiting_approval" if pending_approvals else self.status,
             model=self.plan.model,
             turn=self.turn,
             tool_calls=self.turn,
@@ -157,6 +160,7 @@ class LoopState:
             persistence_failures=len(self.persistence_failures),
             last_content_digest=self.exports[-1].content_digest if self.exports else None,
             cancel_requested=cancel_requested,
+            pending_approvals=pending_approvals,
             usage=self.usage,
             error=self.error,
         )

@@ -151,6 +151,26 @@ class PermissionDeniedEvent(Frozen):
     reason: str
 
 
+class ConfirmationRequiredEvent(Frozen):
+    """A call waits for a person's decision (a rule said ``ask``)."""
+
+    type: Literal["confirmation_required"] = "confirmation_required"
+    id: str
+    name: str
+    target: str | None = None
+    arguments: str  # a summary of the call's input, for the person deciding
+    timeout_seconds: float | None = None
+
+
+class ConfirmationReceivedEvent(Frozen):
+    type: Literal["confirmation_received"] = "confirmation_received"
+    id: str
+    name: str
+    approved: bool
+    reason: str | None = None
+    timed_out: bool = False
+
+
 class TurnEndEvent(Frozen):
     type: Literal["turn_end"] = "turn_end"
     turn: int
@@ -195,6 +215,8 @@ AgentEvent = Annotated[
     | ToolStartEvent
     | ToolEndEvent
     | PermissionDeniedEvent
+    | ConfirmationRequiredEvent
+    | ConfirmationReceivedEvent
     | TurnEndEvent
     | CheckpointExportedEvent
     | CheckpointExportFailedEvent

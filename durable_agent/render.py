@@ -195,6 +195,11 @@ def print_status(view: RunStatusView, out: TextIO | None = None) -> None:
         ("last export", view.last_content_digest or "-"),
         ("tokens", usage_line(view.usage)),
     ]
+    for pending in view.pending_approvals:
+        target = f" {pending.target}" if pending.target else ""
+        rows.append(
+            ("waiting for approval", f"{pending.call_id}: {pending.tool}{target} {pending.arguments}")
+        )
     if view.error:
         rows.append(("error", view.error))
     width = max(len(name) for name, _ in rows)

@@ -24,6 +24,7 @@ WORKFLOW_TYPE = "AgentRun"
 SIGNAL_CANCEL = "cancel"
 QUERY_STATUS = "status"
 QUERY_EVENTS = "events"
+UPDATE_APPROVE = "approve"
 
 # Search attributes the worker registers (Keyword) and the workflow keeps current.
 SA_SESSION_ID = "AgentSessionId"
@@ -44,6 +45,9 @@ class AgentRunInput(BaseModel):
     permissions: PermissionPolicy | None = None
     export_sink: str | None = Field(None, min_length=1)
     max_tool_rounds: int | None = Field(None, ge=1, le=10_000)
+    approval_timeout_seconds: float | None = Field(
+        None, gt=0, description="How long a call that needs approval waits before it is denied."
+    )
 
     @field_validator("model")
     @classmethod
@@ -106,6 +110,7 @@ class RunPlan(Frozen):
     capability_binding: CapabilityBinding
     export_sink: str
     max_tool_rounds: int
+    approval_timeout_seconds: float | None = None
     timeouts: Timeouts = Timeouts()
     limits: Limits = Limits()
 
@@ -171,6 +176,31 @@ class ExportFailure(Frozen):
     reason: str
 
 
+class ApprovalDecision(Frozen):
+    """The ``approve`` update's input: a person's decision on one waiting call."""
+
+    call_id: str = Field(min_length=1)
+    approved: bool
+    reason: str | None = Field(None, max_length=2000)
+
+
+class ApprovalAnswer(Frozen):
+    """What the ``approve`` update returns to the person who decided."""
+
+    call_id: str
+    tool: str
+    approved: bool
+
+
+class PendingApproval(Frozen):
+    call_id: str
+    tool: str
+    target: str | None = None
+    arguments: str
+    since_ms: int
+    timeout_seconds: float | None = None
+
+
 class RunStatusView(Frozen):
     """What the ``status`` query returns."""
 
@@ -185,6 +215,7 @@ class RunStatusView(Frozen):
     persistence_failures: int = 0
     last_content_digest: str | None = None
     cancel_requested: bool = False
+    pending_approvals: tuple[PendingApproval, ...] = ()
     usage: TokenUsage = TokenUsage()
     error: str | None = None
 

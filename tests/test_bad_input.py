@@ -153,7 +153,7 @@ async def test_a_checkpoint_too_large_for_temporal_ends_the_run_cleanly(
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "small.txt").write_text("small\n")
-    (ws / "big.txt").write_text("x" * 30_000 + "\n")
+    (ws / "big.txt").write_text(("x" * 99 + "\n") * 300)
     config = scripted_config(
         tmp_path,
         [read_call("r1", "small.txt"), read_call("r2", "big.txt"), final("never")],

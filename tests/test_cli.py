@@ -251,3 +251,45 @@ async def test_status_of_an_unknown_workflow_is_a_clear_error(client: Client, tm
     assert done.code == 1
     assert done.err.startswith("durable-agent: status:")
     assert "Traceback" not in done.err
+
+
+async def test_approvals_are_listed_approved_and_denied_from_the_cli(client: Client, tmp_path: Path) -> None:
+    ws = workspace_with(tmp_path, {"a.txt": "alpha\n"})
+    config = scripted_config(
+        tmp_path,
+        [
+            {"tool_calls": [{"id": "l1", "name": "ls", "input": {"path": "."}}]},
+            {"tool_calls": [{"id": "l2", "name": "ls", "input": {"path": "."}}]},
+            final("both decided"),
+        ],
+        permissions={"ask": ["ls"], "default": "deny"},
+    )
+
+    async def listed(*args: str, call_id: str) -> str:
+        for _ in range(100):  # the listing of every run goes through visibility, which may lag
+            done = await cli("approvals", *args, client=client, cwd=tmp_path)
+            out = done.out + done.err
+            if call_id in out:
+                return out
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{call_id} was never listed: {out}")
+
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(client, queue, ws, "list twice")
+        for call_id, verb in (("l1", "approve"), ("l2", "deny")):
+            assert f'{handle.id}  {call_id}  ls .  {{"path": "."}}' in await listed(
+                handle.id, call_id=call_id
+            )
+            assert f"{handle.id}  {call_id}" in await listed(call_id=call_id)  # every waiting run
+            decided = await cli(verb, handle.id, call_id, "--reason", "by cli", client=client, cwd=tmp_path)
+            assert decided.code == 0, decided.err
+            assert decided.out.startswith("approved" if verb == "approve" else "denied")
+            if call_id == "l1":
+                await listed(handle.id, call_id="l2")
+                again = await cli("approve", handle.id, "l1", client=client, cwd=tmp_path)
+                assert again.code == 1 and "already been decided" in again.out
+        result = await handle.result()
+        events = [r.event for r in await handle.query("events", 0, result_type=list[EventRecord])]
+    assert result.status == "completed" and result.text == "both decided"
+    decisions = [(e.id, e.approved, e.reason) for e in events if e.type == "confirmation_received"]
+    assert decisions == [("l1", True, "by cli"), ("l2", False, "by cli")]

@@ -26,7 +26,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
@@ -76,7 +75,7 @@ kind = "filesystem"
 path = {_toml_str(sink_root)}
 
 [permissions]
-allow = ["read(*)"]
+allow = ["read(*)", "bash"]
 default = "deny"
 
 [timeouts]
@@ -288,12 +287,12 @@ async def test_kill_9_while_model_call_in_flight(client: Client, tmp_path: Path)
 
 
 async def test_kill_9_while_tool_call_in_flight(client: Client, tmp_path: Path) -> None:
-    # file3.txt is a FIFO: the read tool blocks in open() until the test writes to it,
-    # so the 3rd tool call is in flight (and heartbeating) when the worker dies.
-    config, workspace, sink_root = write_setup(tmp_path, read_responses(delay_ms=100))
-    fifo = workspace / "file3.txt"
-    fifo.unlink()
-    os.mkfifo(fifo)
+    # The 3rd tool call is a bash loop that waits for the test to create ``go``,
+    # so it is in flight (and heartbeating) when the worker dies.
+    responses = read_responses(delay_ms=100)
+    command = "while [ ! -e go ]; do sleep 0.05; done; cat file3.txt"
+    responses[2] = {"tool_calls": [{"id": "r3", "name": "bash", "input": {"command": command}}]}
+    config, workspace, sink_root = write_setup(tmp_path, responses)
     with workers(client, config, tmp_path) as procs:
         first = procs.start()
         handle = await start_run(
@@ -311,25 +310,7 @@ async def test_kill_9_while_tool_call_in_flight(client: Client, tmp_path: Path) 
         procs.kill(first)
         second = procs.start()
         await until("the 3rd tool call to be retried", lambda: tool_attempt_running(2), 45, procs)
-        await feed_fifo(fifo, b"evidence 3\nline\nline\nline\n", timeout=10)
+        (workspace / "go").touch()
         await check_recovered_run(handle, sink_root, first.pid, second.pid)
     tool_attempts = await retried_attempts(handle, ACTIVITY_TOOL)
     assert tool_attempts[2] >= 2 and tool_attempts.count(1) == N_CALLS - 1, tool_attempts
-
-
-async def feed_fifo(fifo: Path, data: bytes, timeout: float) -> None:
-    """Write ``data`` to the FIFO once a reader has it open (never blocks the event loop)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:  # ENXIO: no reader yet
-            if time.monotonic() > deadline:
-                pytest.fail(f"no reader opened {fifo} within {timeout:.0f} s")
-            await asyncio.sleep(0.05)
-            continue
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        return

@@ -17,6 +17,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
+from workflows.approvals import ApprovalBook, summarize_arguments
+
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
@@ -26,6 +28,8 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.models import (
         CheckpointExportedEvent,
         CheckpointExportFailedEvent,
+        ConfirmationReceivedEvent,
+        ConfirmationRequiredEvent,
         ErrorEvent,
         EventRecord,
         ModelResponse,
@@ -48,8 +52,11 @@ with workflow.unsafe.imports_passed_through():
         SA_RUN_STATUS,
         SA_SESSION_ID,
         SIGNAL_CANCEL,
+        UPDATE_APPROVE,
         AgentRunInput,
         AgentRunResult,
+        ApprovalAnswer,
+        ApprovalDecision,
         ExportFailure,
         ExportInput,
         ExportRef,
@@ -57,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         FinishRunInput,
         LoadSessionInput,
         ModelCallInput,
+        PendingApproval,
         ResolveInput,
         RunPlan,
         RunStatusView,
@@ -74,6 +82,7 @@ RUN_STATUS_KEY = SearchAttributeKey.for_keyword(SA_RUN_STATUS)
 
 _WAIT = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 TEMPORAL_CANCEL_REASON = "cancelled by a Temporal cancel request"
+AWAITING_APPROVAL = "awaiting_approval"
 
 
 class _Cancelled(Exception):
@@ -114,6 +123,7 @@ class AgentRun:
         self._run_id = ""
         self._pre_status = "created"
         self._pre_error: str | None = None
+        self._approvals = ApprovalBook()
 
     # --- handlers -----------------------------------------------------------
 
@@ -123,6 +133,17 @@ class AgentRun:
         if not self._cancel_requested:
             self._cancel_requested = True
             self._cancel_reason = reason or "cancelled by signal"
+
+    @workflow.update(name=UPDATE_APPROVE)
+    def approve(self, decision: ApprovalDecision) -> ApprovalAnswer:
+        """A person's decision on a call that waits for approval."""
+        request = self._approvals.decide(decision)
+        return ApprovalAnswer(call_id=decision.call_id, tool=request.tool, approved=decision.approved)
+
+    @approve.validator
+    def _validate_approve(self, decision: ApprovalDecision) -> None:
+        # rejected here, an unknown or repeated decision never reaches the history
+        self._approvals.check(decision)
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> RunStatusView:
@@ -134,7 +155,7 @@ class AgentRun:
                 cancel_requested=self._cancel_requested,
                 error=self._pre_error,
             )
-        return self._state.status_view(self._cancel_requested)
+        return self._state.status_view(self._cancel_requested, self._approvals.view())
 
     @workflow.query(name=QUERY_EVENTS)
     def events(self, after_sequence: int = 0) -> list[EventRecord]:
@@ -181,6 +202,7 @@ class AgentRun:
         await self._finish_run(state)
         workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set(final)])
         self._details(f"**{final}**" + (f": {error}" if error else ""))
+        await workflow.wait_condition(workflow.all_handlers_finished)
         return state.result()
 
     async def _resolve(self, run_input: AgentRunInput) -> RunPlan:
@@ -253,17 +275,18 @@ class AgentRun:
         plan = state.plan
         try:
             offer = find_offer(plan.tools, call.name)
-            target = permission_target(offer, call.input)
+            target = permission_target(offer, call.input, plan.workspace)
         except ToolCallError as exc:
             return ToolOutput(content=str(exc), is_error=True)
         decision = plan.permissions.decide(call.name, target)
-        if decision != "allow":
+        reason: str | None = None
+        if decision == "deny":
             reason = (
                 f"permission denied: {_call_summary(call, target)} is not allowed by the run's permissions"
-                if decision == "deny"
-                else f"permission denied: {_call_summary(call, target)} needs a person's approval, "
-                "which this worker cannot ask for"
             )
+        elif decision == "ask":
+            reason = await self._ask(state, call, target)
+        if reason is not None:
             state.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=reason), _now_ms())
             return ToolOutput(content=reason, is_error=True)
         self._details(f"running `{_call_summary(call, target)}`")
@@ -284,6 +307,63 @@ class AgentRun:
             )
         except ActivityError as exc:
             return ToolOutput(content=f"tool {call.name!r} failed: {_cause(exc)}", is_error=True)
+
+    async def _ask(self, state: LoopState, call: ToolUseBlock, target: str | None) -> str | None:
+        """Wait, durably, for a person's decision; the denial's reason, or None when approved."""
+        timeout = state.plan.approval_timeout_seconds
+        request = PendingApproval(
+            call_id=call.id,
+            tool=call.name,
+            target=target,
+            arguments=summarize_arguments(call.input),
+            since_ms=_now_ms(),
+            timeout_seconds=timeout,
+        )
+        self._approvals.ask(request)
+        state.emit(
+            ConfirmationRequiredEvent(
+                id=call.id,
+                name=call.name,
+                target=target,
+                arguments=request.arguments,
+                timeout_seconds=timeout,
+            ),
+            _now_ms(),
+        )
+        workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set(AWAITING_APPROVAL)])
+        wid = workflow.info().workflow_id
+        self._details(
+            f"waiting for approval of `{_call_summary(call, target)}` (call `{call.id}`)\n\n"
+            f"decide with `durable-agent approve {wid} {call.id}` or `durable-agent deny {wid} {call.id}`"
+        )
+        timed_out = False
+        try:
+            await workflow.wait_condition(
+                lambda: self._approvals.decided(call.id) or self._cancel_requested,
+                timeout=timedelta(seconds=timeout) if timeout else None,
+                timeout_summary=f"approval timeout for {call.id}",
+            )
+        except TimeoutError:
+            timed_out = True
+        except asyncio.CancelledError:
+            self.cancel(TEMPORAL_CANCEL_REASON)
+        finally:
+            decision = self._approvals.close(call.id)
+            workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set("executing")])
+        self._check_cancel()
+        approved = decision is not None and decision.approved
+        given = decision.reason if decision else f"no decision within {timeout:g} s"
+        state.emit(
+            ConfirmationReceivedEvent(
+                id=call.id, name=call.name, approved=approved, reason=given, timed_out=timed_out
+            ),
+            _now_ms(),
+        )
+        if approved:
+            return None
+        return f"permission denied: {_call_summary(call, target)} was not approved" + (
+            f": {given}" if given else ""
+        )
 
     async def _boundary(self, state: LoopState) -> None:
         """Save the logical checkpoint, then wait for the sink to acknowledge the export."""
@@ -431,7 +511,8 @@ class AgentRun:
         """The UI's current details: what the run is doing now, and its counters."""
         state = self._state
         prompt = (state.plan.prompt if state else "")[:200]
-        parts = [f"**{line}**"] if not line.startswith("**") else [line]
+        head, _, rest = line.partition("\n\n")
+        parts = [head if head.startswith("**") else f"**{head}**", *([rest] if rest else [])]
         if state is not None:
             view = state.status_view(self._cancel_requested)
             parts.append(
