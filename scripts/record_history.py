@@ -1,12 +1,15 @@
-"""Record the history that ``tests/test_replay.py`` replays.
+"""Record the histories that ``tests/test_replay.py`` replays.
 
-Run it only when a workflow change is meant to break replay (and then ship the
-change behind ``workflow.patched``, or with a new workflow version): ::
+Run it only for an intended change that breaks replay (ship such a change
+behind ``workflow.patched``, or as a new workflow version, and keep the old
+histories): ::
 
-    python scripts/record_history.py tests/histories/agent_run_v1.json
+    python scripts/record_history.py basic tests/histories/agent_run_v1.json
+    python scripts/record_history.py approval tests/histories/agent_run_approval_v1.json
 
-It starts a dev server, runs a scripted ``AgentRun`` with two tool boundaries,
-a denied call and an unknown tool, and writes the history as JSON.
+``basic``: two reads, an unknown tool and a path outside the workspace.
+``approval``: a call that waits for a person and is approved through the
+``approve`` update, a denied shell line, and a write.
 """
 
 from __future__ import annotations
@@ -16,55 +19,96 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from temporalio.client import Client, WorkflowHandle  # noqa: E402
+
 from activities import AgentActivities  # noqa: E402
 from durable_agent.config import parse_config  # noqa: E402
 from durable_agent.devserver import start_ephemeral_server  # noqa: E402
+from durable_agent.run_io import ApprovalAnswer, ApprovalDecision, RunStatusView  # noqa: E402
 from tests.helpers import final, read_call, running_worker, start, tool_call  # noqa: E402
 
-RESPONSES = [
-    {"text": "Looking.", **read_call("r1", "a.txt")},
-    read_call("r2", "b.txt"),
-    tool_call("r3", "frobnicate"),
-    read_call("r4", "../escape.txt"),
-    final("two files read"),
-]
+
+async def approve_when_asked(handle: WorkflowHandle[Any, Any]) -> None:
+    for _ in range(200):
+        status = await handle.query("status", result_type=RunStatusView)
+        for pending in status.pending_approvals:
+            decision = ApprovalDecision(call_id=pending.call_id, approved=True, reason="recorded")
+            await handle.execute_update("approve", decision, result_type=ApprovalAnswer)
+            return
+        await asyncio.sleep(0.05)
+    raise RuntimeError("no call ever waited for approval")
 
 
-async def record(out: Path) -> None:
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "basic": {
+        "responses": [
+            {"text": "Looking.", **read_call("r1", "a.txt")},
+            read_call("r2", "b.txt"),
+            tool_call("r3", "frobnicate"),
+            read_call("r4", "../escape.txt"),
+            final("two files read"),
+        ],
+        "permissions": {"allow": ["read(*)"]},
+        "prompt": "read a.txt and b.txt",
+    },
+    "approval": {
+        "responses": [
+            tool_call("l1", "ls", path="."),
+            tool_call("b1", "bash", command="cat a.txt; curl example.com"),
+            tool_call("w1", "write", file_path="c.txt", content="gamma\n"),
+            final("listed after approval, wrote c.txt"),
+        ],
+        "permissions": {"allow": ["write(*)", "bash(cat:*)"], "ask": ["ls"], "default": "deny"},
+        "prompt": "list, then write c.txt",
+        "during": approve_when_asked,
+    },
+}
+
+
+async def run_scenario(client: Client, name: str, tmp: Path) -> str:
+    scenario = SCENARIOS[name]
+    ws = tmp / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("alpha\n")
+    (ws / "b.txt").write_text("beta\n")
+    script = tmp / "script.json"
+    script.write_text(json.dumps({"responses": scenario["responses"]}))
+    config = parse_config(
+        {
+            "default_model": "scripted/static",
+            "providers": {"scripted": {"kind": "scripted", "script": str(script)}},
+            "store": {"path": str(tmp / "store")},
+            "sinks": {"local": {"kind": "filesystem", "path": str(tmp / "exports")}},
+            "permissions": scenario["permissions"],
+        },
+        tmp,
+    )
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(client, queue, ws, scenario["prompt"], session_id=f"replay-{name}")
+        if "during" in scenario:
+            await scenario["during"](handle)
+        result = await handle.result()
+        assert result.status == "completed", result
+        history = await handle.fetch_history()
+    return history.to_json()
+
+
+async def record(name: str, out: Path) -> None:
     env = await start_ephemeral_server()
     try:
         with tempfile.TemporaryDirectory() as tmp_name:
-            tmp = Path(tmp_name)
-            ws = tmp / "ws"
-            ws.mkdir()
-            (ws / "a.txt").write_text("alpha\n")
-            (ws / "b.txt").write_text("beta\n")
-            script = tmp / "script.json"
-            script.write_text(json.dumps({"responses": RESPONSES}))
-            config = parse_config(
-                {
-                    "default_model": "scripted/static",
-                    "providers": {"scripted": {"kind": "scripted", "script": str(script)}},
-                    "store": {"path": str(tmp / "store")},
-                    "sinks": {"local": {"kind": "filesystem", "path": str(tmp / "exports")}},
-                    "permissions": {"allow": ["read(*)"]},
-                },
-                tmp,
-            )
-            async with running_worker(env.client, AgentActivities(config)) as queue:
-                handle = await start(env.client, queue, ws, "read a.txt and b.txt", session_id="replay")
-                result = await handle.result()
-                assert result.status == "completed", result
-                history = await handle.fetch_history()
-        out.write_text(history.to_json())
-        print(f"wrote {out} ({len(history.events)} events)")
+            out.write_text(await run_scenario(env.client, name, Path(tmp_name)))
+        print(f"wrote {out}")
     finally:
         await env.shutdown()
 
 
 if __name__ == "__main__":
-    asyncio.run(record(Path(sys.argv[1] if len(sys.argv) > 1 else "tests/histories/agent_run_v1.json")))
+    if len(sys.argv) != 3 or sys.argv[1] not in SCENARIOS:
+        sys.exit(f"usage: python scripts/record_history.py {{{'|'.join(SCENARIOS)}}} OUT.json")
+    asyncio.run(record(sys.argv[1], Path(sys.argv[2])))
