@@ -73,6 +73,7 @@ async def main() -> int:
         log.info("worker polling task queue %r in namespace %r", worker.task_queue, client.namespace)
         await stop.wait()
         log.info("shutting down: finishing the activities in flight")
+    await activities.aclose()
     return 0
 
 

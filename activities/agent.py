@@ -102,6 +102,13 @@ class AgentActivities:
             else {name: FilesystemExportSink(s.path) for name, s in config.sinks.items()}
         )
 
+    async def aclose(self) -> None:
+        """Release what the parts hold (the HTTP providers' connection pools)."""
+        for provider in self.providers.values():
+            close = getattr(provider, "aclose", None)
+            if close is not None:
+                await close()
+
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, for ``Worker(activities=...)``."""
         return [
@@ -187,6 +194,13 @@ class AgentActivities:
             content = await heartbeating(tool.run(args, Path(inp.workspace)))
         except (ToolCallError, ToolFailure) as exc:
             return ToolOutput(content=str(exc), is_error=True)
+        except Exception as exc:
+            if tool.spec.repeatable:
+                raise  # Temporal retries it
+            # a bug of ours, not the command's: do not run the command again for it
+            raise ApplicationError(
+                f"{inp.name} failed: {exc}", type=type(exc).__name__, non_retryable=True
+            ) from exc
         return ToolOutput(content=content)
 
     @activity.defn(name=ACTIVITY_SAVE_CHECKPOINT)

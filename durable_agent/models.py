@@ -112,17 +112,27 @@ class TextDeltaEvent(Frozen):
     text: str
 
 
+# Events are for watching a run; the conversation (its messages) is for resuming
+# it. So an event carries the start of a tool's input and output, not all of
+# them, and a checkpoint does not hold every file written or read twice.
+TOOL_OUTPUT_PREVIEW_CHARS = 2000
+
+
 class ToolStartEvent(Frozen):
     type: Literal["tool_start"] = "tool_start"
     id: str
     name: str
-    input: dict[str, Any] = Field(default_factory=dict)
+    input: dict[str, Any] = Field(default_factory=dict)  # long strings cut to a preview
 
+    @classmethod
+    def of(cls, id: str, name: str, arguments: dict[str, Any]) -> ToolStartEvent:
+        def preview(value: Any) -> Any:
+            if isinstance(value, str) and len(value) > TOOL_OUTPUT_PREVIEW_CHARS:
+                more = len(value) - TOOL_OUTPUT_PREVIEW_CHARS
+                return f"{value[:TOOL_OUTPUT_PREVIEW_CHARS]}…[{more} more characters]"
+            return value
 
-# Events are for watching a run; the conversation (the tool-result messages) is
-# for resuming it. So an event carries the start of a tool's output, not all of
-# it, and a checkpoint does not hold every output twice.
-TOOL_OUTPUT_PREVIEW_CHARS = 2000
+        return cls(id=id, name=name, input={k: preview(v) for k, v in arguments.items()})
 
 
 class ToolEndEvent(Frozen):

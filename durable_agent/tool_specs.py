@@ -73,6 +73,9 @@ class ToolSpec:
     target_arg: str | None
     # Whether that argument is a path, normalised before matching (a command or a regex is not).
     target_is_path: bool = True
+    # Whether running a call twice is harmless. A tool that is not (bash) is not retried after an
+    # unexpected error of ours; a worker crash still runs the call again (Temporal: at least once).
+    repeatable: bool = True
 
     def offer(self) -> ToolOffer:
         """The tool as the workflow offers it to the model."""
@@ -197,6 +200,7 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
             BashArgs,
             "command",
             target_is_path=False,
+            repeatable=False,
         ),
     )
 }

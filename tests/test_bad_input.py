@@ -181,3 +181,40 @@ async def test_a_history_near_temporal_limits_ends_the_run_cleanly(client: Clien
         result = await (await start(client, queue, ws)).result()
     assert result.status == "failed" and "max_history_events=100" in (result.error or "")
     assert 1 < result.tool_calls_count < 20
+
+
+async def test_a_tool_unsafe_to_repeat_is_not_retried_after_our_own_error(
+    client: Client, tmp_path: Path
+) -> None:
+    from activities.tools import Tool, builtin_tools
+    from durable_agent.tool_specs import ToolArgs, ToolSpec
+
+    calls: list[str] = []
+
+    class Args(ToolArgs):
+        what: str
+
+    async def explode(args: Args, workspace: Path) -> str:
+        calls.append(args.what)
+        raise RuntimeError("a bug in the tool")
+
+    tools = {
+        **builtin_tools(),
+        "once": Tool(ToolSpec("once", "Not safe to repeat.", Args, None, repeatable=False), explode),  # type: ignore[arg-type]
+        "again": Tool(ToolSpec("again", "Safe to repeat.", Args, None), explode),  # type: ignore[arg-type]
+    }
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = scripted_config(
+        tmp_path,
+        [tool_call("o1", "once", what="once"), tool_call("a1", "again", what="again"), final("handled")],
+        permissions={"allow": ["once", "again"]},
+    )
+    sink = RecordingSink()
+    async with running_worker(client, AgentActivities(config, tools=tools, sinks={"local": sink})) as queue:
+        result = await (await start(client, queue, ws)).result()
+    assert result.status == "completed" and result.text == "handled"
+    assert calls == ["once", "again", "again", "again"]  # the repeatable tool had Temporal's 3 attempts
+    events = [e.event for e in sink.exports[-1].open().source_run().events]
+    ends = {e.id: e for e in events if isinstance(e, ToolEndEvent)}
+    assert ends["o1"].is_error and "a bug in the tool" in ends["o1"].output

@@ -184,3 +184,14 @@ def test_text_and_tool_results_shape_the_conversation() -> None:
     assert last.role == "user" and [b.tool_use_id for b in last.content] == ["a", "b"]  # type: ignore[union-attr]
     assert state.turn == 2 and state.tool_rounds == 1
     assert [e.event.type for e in state.events] == ["run_start", "text_delta", "tool_end", "tool_end"]
+
+
+def test_events_carry_a_preview_of_long_tool_inputs_and_outputs() -> None:
+    from durable_agent.models import TOOL_OUTPUT_PREVIEW_CHARS, ToolEndEvent, ToolStartEvent
+
+    big = "x" * (TOOL_OUTPUT_PREVIEW_CHARS + 500)
+    start = ToolStartEvent.of("w1", "write", {"file_path": "a.txt", "content": big})
+    assert start.input["file_path"] == "a.txt"
+    assert start.input["content"].endswith("…[500 more characters]")
+    end = ToolEndEvent.of("w1", "read", big, False)
+    assert len(end.output) == TOOL_OUTPUT_PREVIEW_CHARS and end.output_chars == len(big)

@@ -237,7 +237,7 @@ class AgentRun:
                 )
             for call in calls:
                 self._check_cancel()
-                state.emit(ToolStartEvent(id=call.id, name=call.name, input=call.input), _now_ms())
+                state.emit(ToolStartEvent.of(call.id, call.name, call.input), _now_ms())
                 output = await self._tool_step(state, call)
                 state.add_tool_result(call, output.content, output.is_error, _now_ms())
                 await self._boundary(state)
