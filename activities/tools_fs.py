@@ -15,13 +15,12 @@ They block, so ``builtin_tools`` runs them in a thread. What a repeat does
 from __future__ import annotations
 
 import bisect
-import contextlib
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
+from activities.files import write_atomic
 from activities.tools import ToolFailure, confine
 from durable_agent.tool_args import (
     EDIT_MAX_FILE_BYTES,
@@ -158,22 +157,6 @@ def read(args: ReadArgs, workspace: Path) -> str:
     return "\n".join([*shown, *notes])
 
 
-def _replace_atomically(path: Path, data: bytes, mode: int) -> None:
-    """Put ``data`` at ``path`` through a temporary file, so a crash never leaves half a file."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
 def _create(path: Path, data: bytes) -> bool:
     """Create ``path`` with ``data``; False if it appeared meanwhile."""
     try:
@@ -213,7 +196,7 @@ def write(args: WriteArgs, workspace: Path) -> str:
             raise ToolFailure(f"{args.file_path!r} is not a regular file")
         if st.st_size == len(data) and path.read_bytes() == data:
             return f"{args.file_path} already had this content ({len(data)} bytes); nothing changed"
-        _replace_atomically(path, data, stat.S_IMODE(st.st_mode))
+        write_atomic(path, data, stat.S_IMODE(st.st_mode))
     except (FileExistsError, NotADirectoryError):
         raise ToolFailure(f"cannot write {args.file_path!r}: part of its folder path is a file") from None
     except PermissionError:
@@ -316,7 +299,7 @@ def edit(args: EditArgs, workspace: Path) -> str:
         last = i + len(old)
     edited = "".join([*parts, text[last:]])
     try:
-        _replace_atomically(path, edited.encode("utf-8"), mode)
+        write_atomic(path, edited.encode("utf-8"), mode)
     except PermissionError:
         raise ToolFailure(f"cannot write {name!r}: permission denied") from None
     except OSError as exc:
