@@ -142,12 +142,12 @@ class AgentActivities:
         if sink not in self.sinks:
             known = ", ".join(sorted(self.sinks)) or "none"
             raise usage_error(f"export sink {sink!r} is not configured (configured: {known})")
-        permissions = run.permissions or config.permissions
+        permissions = run.permissions or inp.resume_permissions or config.permissions
         offers = tuple(t.offer() for t in offered_tools((t.spec for t in self.tools.values()), permissions))
         return RunPlan(
             session_id=inp.session_id,
             run_id=inp.run_id,
-            prompt=run.prompt,
+            prompt=run.prompt or "",
             workspace=str(workspace),
             model=model,
             system_prompt=config.system_prompt,
@@ -157,6 +157,7 @@ class AgentActivities:
             export_sink=sink,
             max_tool_rounds=run.max_tool_rounds or config.max_tool_rounds,
             approval_timeout_seconds=run.approval_timeout_seconds or config.approval_timeout_seconds,
+            resumed_from=inp.resumed_from,
             timeouts=config.timeouts,
             limits=config.limits,
         )

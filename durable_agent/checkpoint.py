@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from durable_agent.canonical import canonical_bytes, digest_of, sha256_digest
 from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolEndEvent
+from durable_agent.permissions import PermissionPolicy
 
 EXPORT_SCHEMA: Final = "durable-agent.session-checkpoint-export.v1"
 PAYLOAD_SCHEMA: Final = "durable-agent.session-checkpoint-payload.v1"
@@ -37,10 +38,51 @@ _SCHEMA_ALIASED = ConfigDict(
 
 
 class CapabilityBinding(Frozen):
-    """What the model was allowed to use: the catalog generation and its digest."""
+    """What the model was allowed to use: the catalog generation and its digest.
+
+    ``tools`` and ``permissions`` name what the digest covers, so that a
+    refused resume can say what differs; the digest is what is compared.
+    """
 
     catalog_generation: int = 0
     catalog_digest: str
+    tools: tuple[str, ...] = ()
+    permissions: PermissionPolicy | None = None
+
+
+def binding_differences(checkpoint: CapabilityBinding, here: CapabilityBinding) -> list[str]:
+    """What differs between a checkpoint's binding and this worker's; empty when they match."""
+    if checkpoint.catalog_digest == here.catalog_digest and (
+        checkpoint.catalog_generation == here.catalog_generation
+    ):
+        return []
+    out = []
+    if checkpoint.catalog_generation != here.catalog_generation:
+        out.append(f"catalog generation {checkpoint.catalog_generation} here is {here.catalog_generation}")
+    gone = sorted(set(checkpoint.tools) - set(here.tools))
+    new = sorted(set(here.tools) - set(checkpoint.tools))
+    if gone:
+        out.append(f"tools no longer offered: {', '.join(gone)}")
+    if new:
+        out.append(f"tools offered here only: {', '.join(new)}")
+    before, after = checkpoint.permissions, here.permissions
+    if before is not None and after is not None and before != after:
+        for field in ("allow", "deny", "ask", "default"):
+            was, now = getattr(before, field), getattr(after, field)
+            if was != now:
+                out.append(f"permissions.{field} was {was!r}, here {now!r}")
+    if not out:
+        out.append("the tool definitions differ (same tools, other descriptions or schemas)")
+    return out
+
+
+class ResumedFrom(Frozen):
+    """Where a resumed run came from: the export it was started from."""
+
+    session_id: str
+    run_id: str
+    turn: int
+    content_digest: str
 
 
 class LoopCheckpoint(Frozen):
@@ -68,6 +110,7 @@ class RunSnapshot(Frozen):
     event_count: int
     result_text: str | None = None
     error: str | None = None
+    resumed_from: ResumedFrom | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -122,9 +122,9 @@ async def _run(args: argparse.Namespace, run: AgentRunInput) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Start an ``AgentRun`` on a running worker and (unless ``--no-follow``) follow it."""
-    fields = {
-        "prompt": args.prompt,
+    """Start an ``AgentRun`` (``run``, or ``resume`` from an export); follow it unless ``--no-follow``."""
+    fields: dict[str, Any] = {
+        "prompt": getattr(args, "prompt", None),
         "workspace": _workspace_arg(args.workspace),
         "model": args.model,
         "session_id": args.session_id,
@@ -133,10 +133,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         "approval_timeout_seconds": args.approval_timeout,
         "permissions": _policy(args),
     }
+    if args.command == "resume":
+        from activities.sinks import read_export_file
+
+        try:
+            fields["resume_from"] = read_export_file(Path(args.export))
+        except (OSError, ValueError) as exc:
+            _err(f"resume: cannot read {args.export}: {exc}")
+            return 2
+        fields["force_resume"] = args.force or None
     try:
         run = build_run_input(fields)
     except ValidationError as exc:
-        _err(f"run: invalid run input: {validation_message(exc)}")
+        _err(f"{args.command}: invalid run input: {validation_message(exc)}")
         return 2
     return _network(lambda a: _run(a, run))(args)
 
@@ -218,6 +227,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
 # --- argument parsing -----------------------------------------------------------
 
 
+def _run_options(run: argparse.ArgumentParser) -> None:
+    """The options of a new run, shared by ``run`` and ``resume``."""
+    run.add_argument("--workspace", help="a folder on the worker's machine (default: the worker's)")
+    run.add_argument("--model", help='"provider/model"')
+    run.add_argument("--session-id")
+    run.add_argument("--sink", help="the export sink's name in the worker config")
+    run.add_argument("--max-tool-rounds", type=int)
+    run.add_argument(
+        "--approval-timeout", type=float, metavar="SECONDS", help="deny a waiting call after this"
+    )
+    for kind in ("allow", "deny", "ask"):
+        run.add_argument(f"--{kind}", action="append", metavar="RULE", help=f"{kind} rule, e.g. 'read(**)'")
+    run.add_argument("--default", choices=("allow", "deny", "ask"), help="decision when no rule matches")
+    run.add_argument("--id", help="the workflow id (default: agent-run-<random>)")
+    run.add_argument("--no-follow", action="store_true", help="print the workflow id and return")
+    run.set_defaults(func=cmd_run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``durable-agent`` argument parser."""
     about = "Run the demo or a worker; start, follow and inspect durable agent runs."
@@ -236,20 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="start a run on a running worker")
     run.add_argument("--prompt", required=True)
-    run.add_argument("--workspace", help="a folder on the worker's machine (default: the worker's)")
-    run.add_argument("--model", help='"provider/model"')
-    run.add_argument("--session-id")
-    run.add_argument("--sink", help="the export sink's name in the worker config")
-    run.add_argument("--max-tool-rounds", type=int)
-    run.add_argument(
-        "--approval-timeout", type=float, metavar="SECONDS", help="deny a waiting call after this"
-    )
-    for kind in ("allow", "deny", "ask"):
-        run.add_argument(f"--{kind}", action="append", metavar="RULE", help=f"{kind} rule, e.g. 'read(**)'")
-    run.add_argument("--default", choices=("allow", "deny", "ask"), help="decision when no rule matches")
-    run.add_argument("--id", help="the workflow id (default: agent-run-<random>)")
-    run.add_argument("--no-follow", action="store_true", help="print the workflow id and return")
-    run.set_defaults(func=cmd_run)
+    _run_options(run)
+    resume = sub.add_parser("resume", help="start a new run that goes on from an export file")
+    resume.add_argument("export", metavar="EXPORT_JSON", help="a file the filesystem sink wrote")
+    resume.add_argument("--force", action="store_true", help="even where the worker's tools or rules differ")
+    _run_options(resume)
 
     by_id = {
         "status": ("a run's status (query)", _status),

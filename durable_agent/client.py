@@ -24,6 +24,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 
+from durable_agent.checkpoint import SessionCheckpointExportV1
 from durable_agent.models import EndEvent, EventRecord, LiveText
 from durable_agent.run_io import (
     ACTIVITY_MODEL,
@@ -101,6 +102,9 @@ def details_of(run: AgentRunInput) -> str:
         f"**workspace:** `{run.workspace or 'the worker default'}`",
         f"**session:** {run.session_id or 'the workflow id'}",
     ]
+    if run.resume_from is not None:
+        d = run.resume_from.descriptor
+        lines.append(f"**resumed from:** {d.session_id}/{d.run_id} turn {d.turn} `{d.content_digest}`")
     if run.permissions is not None:
         p = run.permissions
         lines.append(
@@ -119,14 +123,37 @@ async def start_run(
 ) -> WorkflowHandle[Any, AgentRunResult]:
     """Start an ``AgentRun``; the input is validated here first, so errors come back at once."""
     run = AgentRunInput.model_validate(run.model_dump(exclude_none=True))
+    title = run.prompt
+    if title is None:
+        source = run.resume_payload()
+        title = f"resumed: {source.source_run().snapshot.prompt}" if source else ""
     return await client.start_workflow(
         WORKFLOW_TYPE,
         run.model_dump(mode="json", exclude_none=True),
         id=workflow_id or f"agent-run-{uuid.uuid4().hex[:12]}",
         task_queue=queue or task_queue(),
         result_type=AgentRunResult,
-        static_summary=summary_of(run.prompt),
+        static_summary=summary_of(title),
         static_details=details_of(run),
+    )
+
+
+async def resume_run(
+    client: Client,
+    export: SessionCheckpointExportV1,
+    *,
+    workflow_id: str | None = None,
+    queue: str | None = None,
+    **fields: Any,
+) -> WorkflowHandle[Any, AgentRunResult]:
+    """Start a new ``AgentRun`` that goes on from ``export``'s conversation.
+
+    The export is validated here first (a tampered or truncated one raises);
+    the worker refuses it where its tools or permissions differ, unless
+    ``force_resume=True``. ``fields`` are other ``AgentRunInput`` fields.
+    """
+    return await start_run(
+        client, AgentRunInput(resume_from=export, **fields), workflow_id=workflow_id, queue=queue
     )
 
 

@@ -44,15 +44,26 @@ from durable_agent.run_io import (
 class LoopState:
     """One run's conversation, events and counters."""
 
-    def __init__(self, plan: RunPlan, now_ms: int, prior_runs: tuple[RunRecord, ...] = ()) -> None:
+    def __init__(
+        self,
+        plan: RunPlan,
+        now_ms: int,
+        prior_runs: tuple[RunRecord, ...] = (),
+        resume: LoopCheckpoint | None = None,
+    ) -> None:
+        """A new run of ``plan``; with ``resume``, one that goes on from that checkpoint's conversation."""
         self.plan = plan
         self.prior_runs = prior_runs  # the session's ended runs, for the snapshot
         self.created_at_ms = now_ms
         self.updated_at_ms = now_ms
         self.status: RunStatus = "executing"
-        self.messages: list[Message] = [Message(role="user", content=(TextBlock(text=plan.prompt),))]
+        if resume is None:
+            self.messages: list[Message] = [Message(role="user", content=(TextBlock(text=plan.prompt),))]
+        else:
+            self.messages = list(resume.messages)
         self.events: list[EventRecord] = []
-        self.usage = TokenUsage()
+        # a resumed conversation's running total goes on: it is what the conversation cost
+        self.usage = resume.total_usage if resume is not None else TokenUsage()
         self.turn = 0  # completed tool calls, i.e. tool boundaries
         self.tool_rounds = 0  # model responses that asked for tools
         self.final_text = ""
@@ -60,7 +71,13 @@ class LoopState:
         self.exports: list[ExportRef] = []
         self.export_failures: list[ExportFailure] = []
         self.persistence_failures: list[str] = []
-        self.emit(RunStartEvent(prompt=plan.prompt, model=plan.model), now_ms)
+        source = plan.resumed_from
+        lineage = (
+            f"{source.session_id}/{source.run_id} at turn {source.turn}, {source.content_digest}"
+            if source
+            else None
+        )
+        self.emit(RunStartEvent(prompt=plan.prompt, model=plan.model, resumed_from=lineage), now_ms)
 
     # --- recording ----------------------------------------------------------
 
@@ -99,6 +116,20 @@ class LoopState:
             self.messages.append(Message(role="user", content=(block,)))
         self.turn += 1
 
+    def pending_calls(self) -> list[ToolUseBlock]:
+        """Tool calls of the last model step that have no result yet (a resume mid-step)."""
+        for index in range(len(self.messages) - 1, -1, -1):
+            message = self.messages[index]
+            if message.role == "assistant":
+                answered = {
+                    block.tool_use_id
+                    for later in self.messages[index + 1 :]
+                    for block in later.content
+                    if isinstance(block, ToolResultBlock)
+                }
+                return [call for call in message.tool_uses() if call.id not in answered]
+        return []
+
     def finish(self, status: FinalStatus, now_ms: int, error: str | None = None) -> None:
         self.status = status
         self.error = error
@@ -118,6 +149,7 @@ class LoopState:
             event_count=len(self.events),
             result_text=self.final_text or None,
             error=self.error,
+            resumed_from=self.plan.resumed_from,
         )
 
     def run_record(self) -> RunRecord:

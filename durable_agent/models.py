@@ -105,6 +105,8 @@ class RunStartEvent(Frozen):
     type: Literal["run_start"] = "run_start"
     prompt: str
     model: str
+    # "session/run at turn N, sha256:…" when the run resumes an exported checkpoint
+    resumed_from: str | None = None
 
 
 class TextDeltaEvent(Frozen):

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from durable_agent.checkpoint import (
     CapabilityBinding,
+    CheckpointPayload,
+    ExportError,
     LoopCheckpoint,
+    ResumedFrom,
     RunRecord,
     SessionCheckpointExportV1,
+    open_export,
 )
 from durable_agent.models import Frozen, Message, TokenUsage, ToolDefinition
 from durable_agent.permissions import PermissionPolicy
@@ -38,7 +42,7 @@ class AgentRunInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    prompt: str = Field(min_length=1)
+    prompt: str | None = Field(None, min_length=1, description="Required, unless resume_from is given.")
     workspace: str | None = Field(None, min_length=1, description="A folder on the worker's machine.")
     session_id: str | None = Field(None, min_length=1, max_length=200)
     model: str | None = Field(None, description='"provider/model"; default from the worker config.')
@@ -47,6 +51,12 @@ class AgentRunInput(BaseModel):
     max_tool_rounds: int | None = Field(None, ge=1, le=10_000)
     approval_timeout_seconds: float | None = Field(
         None, gt=0, description="How long a call that needs approval waits before it is denied."
+    )
+    resume_from: SessionCheckpointExportV1 | None = Field(
+        None, description="An export to go on from: the model sees its conversation."
+    )
+    force_resume: bool = Field(
+        False, description="Resume even where the worker's tools or permissions differ from the export's."
     )
 
     @field_validator("model")
@@ -60,10 +70,25 @@ class AgentRunInput(BaseModel):
 
     @field_validator("prompt")
     @classmethod
-    def _prompt_not_blank(cls, value: str) -> str:
-        if not value.strip():
+    def _prompt_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
             raise ValueError("prompt must not be blank")
         return value
+
+    @model_validator(mode="after")
+    def _prompt_or_resume(self) -> AgentRunInput:
+        if self.prompt is None and self.resume_from is None:
+            raise ValueError("prompt is required (unless the run resumes from an export)")
+        if self.resume_from is not None:
+            try:
+                open_export(self.resume_from)
+            except ExportError as exc:
+                raise ValueError(f"resume_from is refused: {type(exc).__name__}: {exc}") from None
+        return self
+
+    def resume_payload(self) -> CheckpointPayload | None:
+        """The opened export this run resumes from, if any (validated when the input was)."""
+        return open_export(self.resume_from) if self.resume_from is not None else None
 
 
 class Timeouts(Frozen):
@@ -91,9 +116,11 @@ class Limits(Frozen):
 
 
 class ResolveInput(Frozen):
-    run: AgentRunInput
+    run: AgentRunInput  # without ``resume_from``: the export is in the history once, as the run's input
     session_id: str
     run_id: str
+    resumed_from: ResumedFrom | None = None
+    resume_permissions: PermissionPolicy | None = None
 
 
 class RunPlan(Frozen):
@@ -111,6 +138,7 @@ class RunPlan(Frozen):
     export_sink: str
     max_tool_rounds: int
     approval_timeout_seconds: float | None = None
+    resumed_from: ResumedFrom | None = None
     timeouts: Timeouts = Timeouts()
     limits: Limits = Limits()
 

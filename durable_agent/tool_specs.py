@@ -235,11 +235,17 @@ def offered_tools(specs: Iterable[ToolSpec], policy: PermissionPolicy) -> list[T
 
 def capability_binding(definitions: Iterable[ToolDefinition], policy: PermissionPolicy) -> CapabilityBinding:
     """Pin the offered tools and the rules in force, per the checkpoint contract."""
+    ordered = sorted(definitions, key=lambda d: d.name)
     catalog = {
-        "tools": [d.model_dump(mode="json") for d in sorted(definitions, key=lambda d: d.name)],
+        "tools": [d.model_dump(mode="json") for d in ordered],
         "permissions": policy.model_dump(mode="json"),
     }
-    return CapabilityBinding(catalog_generation=BUILTIN_CATALOG_GENERATION, catalog_digest=digest_of(catalog))
+    return CapabilityBinding(
+        catalog_generation=BUILTIN_CATALOG_GENERATION,
+        catalog_digest=digest_of(catalog),
+        tools=tuple(d.name for d in ordered),
+        permissions=policy,
+    )
 
 
 __all__ = [

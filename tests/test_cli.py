@@ -293,3 +293,22 @@ async def test_approvals_are_listed_approved_and_denied_from_the_cli(client: Cli
     assert result.status == "completed" and result.text == "both decided"
     decisions = [(e.id, e.approved, e.reason) for e in events if e.type == "confirmation_received"]
     assert decisions == [("l1", True, "by cli"), ("l2", False, "by cli")]
+
+
+async def test_resume_an_export_file_from_the_cli(client: Client, tmp_path: Path) -> None:
+    ws = workspace_with(tmp_path, {"a.txt": "alpha\n", "b.txt": "beta\n"})
+    responses = [read_call("r1", "a.txt"), read_call("r2", "b.txt"), final("both read")]
+    config = scripted_config(tmp_path, responses)
+    async with running_worker(client, AgentActivities(config)) as queue:
+        first = await (await start(client, queue, ws, "read both")).result()
+        [turn1, _] = sorted((tmp_path / "exports").rglob("turn-*.json"))
+        resumed = await cli(
+            "resume", str(turn1), "--workspace", str(ws), client=client, cwd=tmp_path, queue=queue
+        )
+        tampered = tmp_path / "tampered.json"
+        tampered.write_text(turn1.read_text().replace("alpha", "ALPHA"))
+        refused = await cli("resume", str(tampered), client=client, cwd=tmp_path, queue=queue)
+    assert first.status == "completed"
+    assert resumed.code == 0, resumed.err
+    assert "→ read b.txt" in resumed.out and "both read" in resumed.out
+    assert refused.code == 2 and "ContentDrift" in refused.err

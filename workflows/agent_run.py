@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -22,7 +22,7 @@ from workflows.approvals import ApprovalBook, summarize_arguments
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from durable_agent.checkpoint import RunRecord
+    from durable_agent.checkpoint import CheckpointPayload, ResumedFrom, RunRecord, binding_differences
     from durable_agent.errors import validation_message
     from durable_agent.loop import LoopState
     from durable_agent.models import (
@@ -172,17 +172,20 @@ class AgentRun:
         try:
             run_input = AgentRunInput.model_validate(raw)
         except ValidationError as exc:
-            self._pre_status, self._pre_error = "failed", f"invalid AgentRun input: {validation_message(exc)}"
-            raise ApplicationError(self._pre_error, type="InvalidRunInput", non_retryable=True) from None
+            self._refuse(f"invalid AgentRun input: {validation_message(exc)}")
         self._session_id = run_input.session_id or info.workflow_id
         self._run_id = info.first_execution_run_id
         workflow.upsert_search_attributes(
             [SESSION_ID_KEY.value_set(self._session_id), RUN_STATUS_KEY.value_set("executing")]
         )
         self._details("resolving the run against the worker config")
-        plan = await self._resolve(run_input)
+        resume = run_input.resume_payload()
+        plan = await self._resolve(run_input, resume)
+        if resume is not None and not run_input.force_resume:
+            self._check_binding(resume, plan)
         prior_runs, load_failure = await self._session_runs(plan)
-        state = self._state = LoopState(plan, _now_ms(), prior_runs)
+        logical = resume.logical_resume if resume is not None else None
+        state = self._state = LoopState(plan, _now_ms(), prior_runs, logical)
         if load_failure:
             state.persistence_failures.append(f"load session failed: {load_failure}")
             state.emit(PersistenceFailedEvent(turn=0, operation="load", reason=load_failure), _now_ms())
@@ -205,11 +208,45 @@ class AgentRun:
         await workflow.wait_condition(workflow.all_handlers_finished)
         return state.result()
 
-    async def _resolve(self, run_input: AgentRunInput) -> RunPlan:
+    def _refuse(self, message: str) -> NoReturn:
+        """A usage error: the workflow fails at once, before any model call, with ``message``."""
+        self._pre_status, self._pre_error = "failed", message
+        workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set("failed")])
+        raise ApplicationError(message, type="InvalidRunInput", non_retryable=True)
+
+    def _check_binding(self, resume: CheckpointPayload, plan: RunPlan) -> None:
+        """Refuse to resume where this worker's tools or permissions are not the checkpoint's."""
+        differences = binding_differences(resume.logical_resume.capability_binding, plan.capability_binding)
+        if differences:
+            self._refuse(
+                "the checkpoint's capability binding differs from this worker's: "
+                + "; ".join(differences)
+                + " (resume with force_resume to go on anyway)"
+            )
+
+    async def _resolve(self, run_input: AgentRunInput, resume: CheckpointPayload | None) -> RunPlan:
+        facts: dict[str, Any] = {}
+        prompt = run_input.prompt
+        if resume is not None:
+            logical, source = resume.logical_resume, resume.source_run().snapshot
+            facts = {
+                "resumed_from": ResumedFrom(
+                    session_id=logical.session_id,
+                    run_id=logical.run_id,
+                    turn=logical.turn,
+                    content_digest=run_input.resume_from.descriptor.content_digest,  # type: ignore[union-attr]
+                ),
+                "resume_permissions": logical.capability_binding.permissions,
+            }
+            prompt = prompt or source.prompt
+        # the export is in the history once already, as the run's input
+        bare = AgentRunInput.model_validate(
+            {**run_input.model_dump(exclude={"resume_from"}, exclude_none=True), "prompt": prompt}
+        )
         try:
             plan: RunPlan = await workflow.execute_activity(
                 ACTIVITY_RESOLVE,
-                ResolveInput(run=run_input, session_id=self._session_id, run_id=self._run_id),
+                ResolveInput(run=bare, session_id=self._session_id, run_id=self._run_id, **facts),
                 result_type=RunPlan,
                 # reads config and stats a folder: a short timeout retries a crashed worker's attempt fast
                 start_to_close_timeout=timedelta(seconds=10),
@@ -218,12 +255,13 @@ class AgentRun:
             )
             return plan
         except ActivityError as exc:
-            self._pre_status, self._pre_error = "failed", _cause(exc)
-            workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set("failed")])
-            raise ApplicationError(self._pre_error, type="InvalidRunInput", non_retryable=True) from None
+            self._refuse(_cause(exc))
 
     async def _loop(self, state: LoopState) -> None:
         plan = state.plan
+        # a run resumed between two calls of one model step first makes the calls still due
+        if pending := state.pending_calls():
+            await self._run_calls(state, pending)
         while True:
             self._check_cancel()
             self._check_history(plan)
@@ -235,13 +273,17 @@ class AgentRun:
                 raise _RunFailed(
                     f"the model asked for more than max_tool_rounds={plan.max_tool_rounds} tool rounds"
                 )
-            for call in calls:
-                self._check_cancel()
-                state.emit(ToolStartEvent.of(call.id, call.name, call.input), _now_ms())
-                output = await self._tool_step(state, call)
-                state.add_tool_result(call, output.content, output.is_error, _now_ms())
-                await self._boundary(state)
-            state.emit(TurnEndEvent(turn=state.turn, usage=state.usage), _now_ms())
+            await self._run_calls(state, calls)
+
+    async def _run_calls(self, state: LoopState, calls: list[ToolUseBlock]) -> None:
+        """One model step's tool calls, each followed by its tool boundary."""
+        for call in calls:
+            self._check_cancel()
+            state.emit(ToolStartEvent.of(call.id, call.name, call.input), _now_ms())
+            output = await self._tool_step(state, call)
+            state.add_tool_result(call, output.content, output.is_error, _now_ms())
+            await self._boundary(state)
+        state.emit(TurnEndEvent(turn=state.turn, usage=state.usage), _now_ms())
 
     async def _model_step(self, state: LoopState) -> ModelResponse:
         plan = state.plan

@@ -1,0 +1,162 @@
+"""Resume anywhere: a new run from an export's logical resume, on another server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowFailureError
+
+from activities import AgentActivities
+from activities.providers import ModelProvider, TextSink, build_providers
+from durable_agent.checkpoint import SessionCheckpointExportV1
+from durable_agent.client import ensure_search_attributes, resume_run
+from durable_agent.devserver import start_ephemeral_server
+from durable_agent.models import Message, ModelResponse, RunStartEvent, ToolEndEvent
+from durable_agent.run_io import WORKFLOW_TYPE, AgentRunInput, AgentRunResult, ModelCallInput
+from tests.helpers import (
+    RecordingSink,
+    final,
+    read_call,
+    running_worker,
+    scripted_config,
+    start,
+    workspace_with,
+)
+
+RESPONSES: list[dict[str, Any]] = [read_call("r1", "a.txt"), read_call("r2", "b.txt"), final("both read")]
+
+
+class Recording:
+    """A provider that keeps the conversations it was asked about."""
+
+    def __init__(self, inner: ModelProvider) -> None:
+        self.inner = inner
+        self.seen: list[tuple[Message, ...]] = []
+
+    async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
+        self.seen.append(call.messages)
+        return await self.inner.complete(call, model, on_text)
+
+
+async def first_export(
+    client: Client, tmp_path: Path, responses: list[dict[str, Any]]
+) -> SessionCheckpointExportV1:
+    ws = workspace_with(tmp_path, {"a.txt": "alpha\n", "b.txt": "beta\n"})
+    config = scripted_config(tmp_path, responses)
+    sink = RecordingSink()
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        result = await (await start(client, queue, ws, "read a.txt and b.txt", session_id="origin")).result()
+    assert result.status == "completed"
+    return sink.exports[0]
+
+
+async def test_an_export_from_one_server_resumes_on_another(client: Client, tmp_path: Path) -> None:
+    export = await first_export(client, tmp_path, RESPONSES)
+    source = export.open()
+    # a second, separate Temporal server: another cluster as far as the run can tell
+    other = await start_ephemeral_server()
+    try:
+        await ensure_search_attributes(other.client)
+        config = scripted_config(tmp_path, RESPONSES)
+        model = Recording(build_providers(config)["scripted"])
+        sink = RecordingSink()
+        acts = AgentActivities(config, providers={"scripted": model}, sinks={"local": sink})
+        async with running_worker(other.client, acts) as queue:
+            handle = await resume_run(
+                other.client, export, queue=queue, workspace=str(tmp_path / "workspace")
+            )
+            result = await handle.result()
+    finally:
+        await other.shutdown()
+    assert result.status == "completed" and result.text == "both read"
+    assert model.seen[0] == source.logical_resume.messages  # the model sees the same conversation
+    assert result.run_id != source.logical_resume.run_id and result.session_id != "origin"
+    assert result.tool_calls_count == 1 and [e.turn for e in result.exports] == [1]  # a new series
+    resumed = sink.exports[0].open()
+    run = resumed.source_run()
+    lineage = run.snapshot.resumed_from
+    assert lineage is not None
+    assert (lineage.run_id, lineage.turn) == (source.logical_resume.run_id, 1)
+    assert lineage.content_digest == export.descriptor.content_digest
+    start_event = run.events[0].event
+    assert isinstance(start_event, RunStartEvent) and export.descriptor.content_digest in (
+        start_event.resumed_from or ""
+    )
+    assert run.snapshot.prompt == "read a.txt and b.txt"
+    # the conversation goes on: the old tool result, then the new one
+    results = [
+        b.tool_use_id for m in resumed.logical_resume.messages for b in m.content if b.type == "tool_result"
+    ]
+    assert results == ["r1", "r2"]
+
+
+async def test_a_resume_between_two_calls_of_one_step_makes_the_remaining_call_first(
+    client: Client, tmp_path: Path
+) -> None:
+    both = {"tool_calls": [*read_call("r1", "a.txt")["tool_calls"], *read_call("r2", "b.txt")["tool_calls"]]}
+    export = await first_export(client, tmp_path, [both, final("both read")])
+    assert export.descriptor.turn == 1  # after r1, before r2
+    config = scripted_config(tmp_path, [both, final("both read")])
+    model = Recording(build_providers(config)["scripted"])
+    sink = RecordingSink()
+    acts = AgentActivities(config, providers={"scripted": model}, sinks={"local": sink})
+    async with running_worker(client, acts) as queue:
+        handle = await resume_run(client, export, queue=queue, workspace=str(tmp_path / "workspace"))
+        result = await handle.result()
+    assert result.status == "completed" and result.text == "both read"
+    assert len(model.seen) == 1  # no model call before r2 ran
+    events = [r.event for r in sink.exports[0].open().source_run().events]
+    assert [e.id for e in events if isinstance(e, ToolEndEvent)] == ["r2"]
+    [last_tool_results] = [m for m in model.seen[0] if m.role == "user"][-1:]
+    assert [b.tool_use_id for b in last_tool_results.content] == ["r1", "r2"]  # type: ignore[union-attr]
+
+
+async def test_a_resume_where_tools_or_rules_differ_is_refused_unless_forced(
+    client: Client, tmp_path: Path
+) -> None:
+    export = await first_export(client, tmp_path, RESPONSES)
+    config = scripted_config(tmp_path, RESPONSES)
+    wider = {"allow": ["read(*)", "ls(*)"], "default": "deny"}
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await resume_run(
+            client, export, queue=queue, workspace=str(tmp_path / "workspace"), permissions=wider
+        )
+        with pytest.raises(WorkflowFailureError) as refused:
+            await handle.result()
+        forced = await resume_run(
+            client,
+            export,
+            queue=queue,
+            workspace=str(tmp_path / "workspace"),
+            permissions=wider,
+            force_resume=True,
+        )
+        result = await forced.result()
+    message = str(refused.value.cause)
+    assert "capability binding differs" in message
+    assert "tools offered here only: ls" in message
+    assert "permissions.allow was ('read(*)',), here ('read(*)', 'ls(*)')" in message
+    assert result.status == "completed"
+
+
+async def test_a_tampered_export_is_refused_with_its_typed_error(client: Client, tmp_path: Path) -> None:
+    export = await first_export(client, tmp_path, RESPONSES)
+    tampered = SessionCheckpointExportV1.model_construct(
+        descriptor=export.descriptor, content=export.content.replace("alpha", "ALPHA")
+    )
+    with pytest.raises(ValidationError, match="ContentDrift"):
+        AgentRunInput(resume_from=tampered)
+    truncated = {"descriptor": export.descriptor.model_dump(mode="json"), "content": export.content[:-40]}
+    config = scripted_config(tmp_path, RESPONSES)
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE, {"resume_from": truncated}, id=f"tampered-{queue}", task_queue=queue,
+            result_type=AgentRunResult,
+        )  # fmt: skip
+        with pytest.raises(WorkflowFailureError) as refused:
+            await handle.result()
+    assert "ContentDrift" in str(refused.value.cause)
+    assert getattr(refused.value.cause, "type", None) == "InvalidRunInput"
