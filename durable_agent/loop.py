@@ -32,6 +32,7 @@ from durable_agent.models import (
 )
 from durable_agent.run_io import (
     AgentRunResult,
+    CarriedState,
     ExportFailure,
     ExportRef,
     FinalStatus,
@@ -115,6 +116,44 @@ class LoopState:
         else:
             self.messages.append(Message(role="user", content=(block,)))
         self.turn += 1
+
+    @classmethod
+    def restore(cls, carried: CarriedState) -> LoopState:
+        """The state a run carried into this execution when it continued as new."""
+        state = cls.__new__(cls)
+        state.plan = carried.plan
+        state.prior_runs = carried.prior_runs
+        state.created_at_ms = carried.created_at_ms
+        state.updated_at_ms = carried.events[-1].timestamp_ms if carried.events else carried.created_at_ms
+        state.status = "executing"
+        state.messages = list(carried.messages)
+        state.events = list(carried.events)
+        state.usage = carried.usage
+        state.turn = carried.turn
+        state.tool_rounds = carried.tool_rounds
+        state.final_text = ""
+        state.error = None
+        state.exports = list(carried.exports)
+        state.export_failures = list(carried.export_failures)
+        state.persistence_failures = list(carried.persistence_failures)
+        return state
+
+    def carry(self, executions: int) -> CarriedState:
+        """What the next execution needs to go on as this run."""
+        return CarriedState(
+            plan=self.plan,
+            created_at_ms=self.created_at_ms,
+            turn=self.turn,
+            tool_rounds=self.tool_rounds,
+            usage=self.usage,
+            messages=tuple(self.messages),
+            events=tuple(self.events),
+            exports=tuple(self.exports),
+            export_failures=tuple(self.export_failures),
+            persistence_failures=tuple(self.persistence_failures),
+            prior_runs=self.prior_runs,
+            executions=executions,
+        )
 
     def pending_calls(self) -> list[ToolUseBlock]:
         """Tool calls of the last model step that have no result yet (a resume mid-step)."""

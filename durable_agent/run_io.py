@@ -20,7 +20,7 @@ from durable_agent.checkpoint import (
     SessionCheckpointExportV1,
     open_export,
 )
-from durable_agent.models import Frozen, Message, TokenUsage, ToolDefinition
+from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolDefinition
 from durable_agent.permissions import PermissionPolicy
 from durable_agent.tool_specs import ToolOffer
 
@@ -57,6 +57,9 @@ class AgentRunInput(BaseModel):
     )
     force_resume: bool = Field(
         False, description="Resume even where the worker's tools or permissions differ from the export's."
+    )
+    continued: CarriedState | None = Field(
+        None, description="Set by the run itself when it continues as new; not for callers."
     )
 
     @field_validator("model")
@@ -113,6 +116,10 @@ class Limits(Frozen):
     max_checkpoint_bytes: int = Field(1_500_000, ge=10_000)
     max_history_bytes: int = Field(40_000_000, ge=10_000)
     max_history_events: int = Field(40_000, ge=100)
+    # At a tool boundary, once its export is acknowledged, the run continues as new
+    # (a fresh history, the same run) when Temporal suggests it or past either of these.
+    continue_as_new_events: int = Field(10_000, ge=50)
+    continue_as_new_bytes: int = Field(10_000_000, ge=10_000)
 
 
 class ResolveInput(Frozen):
@@ -269,3 +276,29 @@ ACTIVITY_SAVE_CHECKPOINT = "agent.save_checkpoint"
 ACTIVITY_LOAD_SESSION = "agent.load_session"
 ACTIVITY_FINISH_RUN = "agent.finish_run"
 ACTIVITY_EXPORT = "agent.export_checkpoint"
+
+
+class CarriedState(Frozen):
+    """What a run hands to its next execution when it continues as new.
+
+    The logical checkpoint it just exported plus the run's own counters: the
+    next execution keeps the run id, the turn numbers, the event sequence and
+    the export series.
+    """
+
+    plan: RunPlan
+    created_at_ms: int
+    turn: int
+    tool_rounds: int
+    usage: TokenUsage
+    messages: tuple[Message, ...]
+    events: tuple[EventRecord, ...]
+    exports: tuple[ExportRef, ...]
+    export_failures: tuple[ExportFailure, ...]
+    persistence_failures: tuple[str, ...]
+    prior_runs: tuple[RunRecord, ...]
+    executions: int  # how many times the run has continued as new, this one included
+
+
+AgentRunInput.model_rebuild()
+ResolveInput.model_rebuild()

@@ -10,6 +10,8 @@ histories): ::
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the
 ``approve`` update, a denied shell line, and a write.
+``continued``: a run that continues as new, twice, once between two calls of
+one model step; OUT gets its first execution, OUT-last its last.
 """
 
 from __future__ import annotations
@@ -67,10 +69,25 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "prompt": "list, then write c.txt",
         "during": approve_when_asked,
     },
+    "continued": {
+        "responses": [
+            *(read_call(f"r{i}", "a.txt") for i in range(1, 5)),
+            {
+                "tool_calls": [
+                    read_call("r5", "a.txt")["tool_calls"][0],
+                    read_call("r6", "b.txt")["tool_calls"][0],
+                ]
+            },
+            final("six reads"),
+        ],
+        "permissions": {"allow": ["read(*)"]},
+        "prompt": "read six times",
+        "limits": {"continue_as_new_events": 50},
+    },
 }
 
 
-async def run_scenario(client: Client, name: str, tmp: Path) -> str:
+async def run_scenario(client: Client, name: str, tmp: Path) -> list[str]:
     scenario = SCENARIOS[name]
     ws = tmp / "ws"
     ws.mkdir()
@@ -85,6 +102,7 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> str:
             "store": {"path": str(tmp / "store")},
             "sinks": {"local": {"kind": "filesystem", "path": str(tmp / "exports")}},
             "permissions": scenario["permissions"],
+            "limits": scenario.get("limits", {}),
         },
         tmp,
     )
@@ -94,16 +112,20 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> str:
             await scenario["during"](handle)
         result = await handle.result()
         assert result.status == "completed", result
-        history = await handle.fetch_history()
-    return history.to_json()
+        last = await handle.fetch_history()
+        first_run = client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id)
+        first = await first_run.fetch_history()
+    return [first.to_json()] + ([last.to_json()] if "limits" in scenario else [])
 
 
 async def record(name: str, out: Path) -> None:
     env = await start_ephemeral_server()
     try:
         with tempfile.TemporaryDirectory() as tmp_name:
-            out.write_text(await run_scenario(env.client, name, Path(tmp_name)))
-        print(f"wrote {out}")
+            histories = await run_scenario(env.client, name, Path(tmp_name))
+        for path, history in zip([out, out.with_name(out.stem + "-last.json")], histories, strict=False):
+            path.write_text(history)
+            print(f"wrote {path}")
     finally:
         await env.shutdown()
 

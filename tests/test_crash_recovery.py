@@ -46,7 +46,7 @@ def _toml_str(value: Path | str) -> str:
     return json.dumps(str(value))  # a JSON string is a valid TOML basic string
 
 
-def write_setup(tmp: Path, responses: list[dict[str, Any]]) -> tuple[Path, Path, Path]:
+def write_setup(tmp: Path, responses: list[dict[str, Any]], extra: str = "") -> tuple[Path, Path, Path]:
     """Write the script and the worker's TOML config; return (config, workspace, sink root)."""
     workspace = tmp / "workspace"
     workspace.mkdir()
@@ -81,6 +81,7 @@ default = "deny"
 [timeouts]
 heartbeat_seconds = 2
 """
+        + extra
     )
     return config, workspace, sink_root
 
@@ -188,7 +189,12 @@ async def pending_activity(handle: WorkflowHandle[Any, Any], activity_type: str)
 
 
 async def check_recovered_run(
-    handle: WorkflowHandle[Any, AgentRunResult], sink_root: Path, killed_pid: int, second_pid: int
+    handle: WorkflowHandle[Any, AgentRunResult],
+    sink_root: Path,
+    killed_pid: int,
+    second_pid: int,
+    *,
+    both_in_history: bool = True,
 ) -> AgentRunResult:
     waited = time.monotonic()
     result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
@@ -220,6 +226,8 @@ async def check_recovered_run(
     for ref in result.exports:
         assert digests_by_turn[ref.turn] == {ref.content_digest}, ref
 
+    if not both_in_history:  # the run continued as new: the history read below is its last execution's
+        return result
     # Both worker processes took part: workflow tasks completed by each identity (pid@host).
     identities = set()
     async for event in handle.fetch_history_events():
@@ -314,3 +322,24 @@ async def test_kill_9_while_tool_call_in_flight(client: Client, tmp_path: Path) 
         await check_recovered_run(handle, sink_root, first.pid, second.pid)
     tool_attempts = await retried_attempts(handle, ACTIVITY_TOOL)
     assert tool_attempts[2] >= 2 and tool_attempts.count(1) == N_CALLS - 1, tool_attempts
+
+
+async def test_kill_9_as_the_run_continues_as_new(client: Client, tmp_path: Path) -> None:
+    extra = "\n[limits]\ncontinue_as_new_events = 50\n"
+    config, workspace, sink_root = write_setup(tmp_path, read_responses(delay_ms=150), extra)
+    with workers(client, config, tmp_path) as procs:
+        first = procs.start()
+        handle = await start_run(
+            client, AgentRunInput(prompt="read the files", workspace=str(workspace)), queue=procs.queue
+        )
+
+        async def continued() -> bool:
+            return (await handle.describe()).run_id != handle.first_execution_run_id
+
+        await until("the run to continue as new", continued, 45, procs)
+        procs.kill(first)  # the new execution's first workflow task is in flight, or only just done
+        assert len(export_files(sink_root)) < N_CALLS, "the run finished before the kill: no crash tested"
+        second = procs.start()
+        result = await check_recovered_run(handle, sink_root, first.pid, second.pid, both_in_history=False)
+    assert (await handle.describe()).run_id != handle.first_execution_run_id
+    assert result.run_id == handle.first_execution_run_id  # one run, whatever its executions

@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         AgentRunResult,
         ApprovalAnswer,
         ApprovalDecision,
+        CarriedState,
         ExportFailure,
         ExportInput,
         ExportRef,
@@ -124,6 +125,8 @@ class AgentRun:
         self._pre_status = "created"
         self._pre_error: str | None = None
         self._approvals = ApprovalBook()
+        self._executions = 0  # times this run has continued as new before this execution
+        self._input: AgentRunInput | None = None
 
     # --- handlers -----------------------------------------------------------
 
@@ -173,22 +176,11 @@ class AgentRun:
             run_input = AgentRunInput.model_validate(raw)
         except ValidationError as exc:
             self._refuse(f"invalid AgentRun input: {validation_message(exc)}")
-        self._session_id = run_input.session_id or info.workflow_id
-        self._run_id = info.first_execution_run_id
-        workflow.upsert_search_attributes(
-            [SESSION_ID_KEY.value_set(self._session_id), RUN_STATUS_KEY.value_set("executing")]
-        )
-        self._details("resolving the run against the worker config")
-        resume = run_input.resume_payload()
-        plan = await self._resolve(run_input, resume)
-        if resume is not None and not run_input.force_resume:
-            self._check_binding(resume, plan)
-        prior_runs, load_failure = await self._session_runs(plan)
-        logical = resume.logical_resume if resume is not None else None
-        state = self._state = LoopState(plan, _now_ms(), prior_runs, logical)
-        if load_failure:
-            state.persistence_failures.append(f"load session failed: {load_failure}")
-            state.emit(PersistenceFailedEvent(turn=0, operation="load", reason=load_failure), _now_ms())
+        self._input = run_input
+        if run_input.continued is not None:
+            state = self._continued(run_input.continued)
+        else:
+            state = await self._start(run_input, info)
         final: FinalStatus = "completed"
         error: str | None = None
         try:
@@ -207,6 +199,56 @@ class AgentRun:
         self._details(f"**{final}**" + (f": {error}" if error else ""))
         await workflow.wait_condition(workflow.all_handlers_finished)
         return state.result()
+
+    async def _start(self, run_input: AgentRunInput, info: workflow.Info) -> LoopState:
+        """A new run: resolve it against the worker's config and set up its state."""
+        self._session_id = run_input.session_id or info.workflow_id
+        self._run_id = info.first_execution_run_id
+        workflow.upsert_search_attributes(
+            [SESSION_ID_KEY.value_set(self._session_id), RUN_STATUS_KEY.value_set("executing")]
+        )
+        self._details("resolving the run against the worker config")
+        resume = run_input.resume_payload()
+        plan = await self._resolve(run_input, resume)
+        if resume is not None and not run_input.force_resume:
+            self._check_binding(resume, plan)
+        prior_runs, load_failure = await self._session_runs(plan)
+        logical = resume.logical_resume if resume is not None else None
+        state = self._state = LoopState(plan, _now_ms(), prior_runs, logical)
+        if load_failure:
+            state.persistence_failures.append(f"load session failed: {load_failure}")
+            state.emit(PersistenceFailedEvent(turn=0, operation="load", reason=load_failure), _now_ms())
+        return state
+
+    def _continued(self, carried: CarriedState) -> LoopState:
+        """The same run, in the execution it continued as new into."""
+        self._session_id, self._run_id = carried.plan.session_id, carried.plan.run_id
+        self._executions = carried.executions
+        workflow.upsert_search_attributes(
+            [SESSION_ID_KEY.value_set(self._session_id), RUN_STATUS_KEY.value_set("executing")]
+        )
+        state = self._state = LoopState.restore(carried)
+        self._details(f"continued as new (execution {carried.executions + 1}) at turn {carried.turn}")
+        return state
+
+    def _should_continue_as_new(self, plan: RunPlan) -> bool:
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() > plan.limits.continue_as_new_events
+            or info.get_current_history_size() > plan.limits.continue_as_new_bytes
+        )
+
+    async def _continue_as_new(self, state: LoopState) -> NoReturn:
+        """Go on in a fresh history, seeded from the checkpoint just exported."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._check_cancel()  # a cancel that came meanwhile ends the run here instead
+        carried = state.carry(self._executions + 1)
+        assert self._input is not None
+        next_input = self._input.model_copy(
+            update={"resume_from": None, "prompt": state.plan.prompt, "continued": carried}
+        )
+        workflow.continue_as_new(next_input.model_dump(mode="json", exclude_none=True))
 
     def _refuse(self, message: str) -> NoReturn:
         """A usage error: the workflow fails at once, before any model call, with ``message``."""
@@ -283,6 +325,8 @@ class AgentRun:
             output = await self._tool_step(state, call)
             state.add_tool_result(call, output.content, output.is_error, _now_ms())
             await self._boundary(state)
+            if self._should_continue_as_new(state.plan):
+                await self._continue_as_new(state)
         state.emit(TurnEndEvent(turn=state.turn, usage=state.usage), _now_ms())
 
     async def _model_step(self, state: LoopState) -> ModelResponse:
