@@ -13,11 +13,13 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from activities import AgentActivities
+from activities.providers import ModelProvider, TextSink
 from activities.sinks import SinkError
 from durable_agent.checkpoint import SessionCheckpointExportV1
 from durable_agent.client import start_run
 from durable_agent.config import AgentConfig, parse_config
-from durable_agent.run_io import AgentRunInput, AgentRunResult
+from durable_agent.models import Message, ModelResponse
+from durable_agent.run_io import AgentRunInput, AgentRunResult, ModelCallInput
 from worker import build_worker
 
 
@@ -107,3 +109,19 @@ async def start(
 ) -> WorkflowHandle[Any, AgentRunResult]:
     run = AgentRunInput(prompt=prompt, workspace=str(workspace), **fields)
     return await start_run(client, run, queue=queue)
+
+
+class RecordingProvider:
+    """Wraps a provider; keeps the conversation of every model call that reaches it."""
+
+    def __init__(self, inner: ModelProvider) -> None:
+        self.inner = inner
+        self.seen: list[tuple[Message, ...]] = []
+
+    @property
+    def calls(self) -> int:
+        return len(self.seen)
+
+    async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
+        self.seen.append(call.messages)
+        return await self.inner.complete(call, model, on_text)

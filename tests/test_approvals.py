@@ -67,7 +67,7 @@ async def test_allowed_denied_and_approved_calls_in_one_run(client: Client, tmp_
         assert waiting.arguments == '{"path": "."}' and waiting.since_ms > 0
         # the run is findable as waiting for a person
         found: list[str] = []
-        for _ in range(50):
+        for _ in range(150):
             query = 'AgentSessionId = "approval-session" AND AgentRunStatus = "awaiting_approval"'
             found = [w.id async for w in client.list_workflows(query)]
             if found:

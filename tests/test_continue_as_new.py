@@ -73,7 +73,7 @@ async def test_status_approvals_and_cancel_reach_a_continued_run(client: Client,
     )
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, ws, "read, then ask to list")
-        for _ in range(200):
+        for _ in range(600):
             status = await handle.query("status", result_type=RunStatusView)
             if status.pending_approvals:
                 break
@@ -83,9 +83,9 @@ async def test_status_approvals_and_cancel_reach_a_continued_run(client: Client,
             "approve", ApprovalDecision(call_id="l1", approved=True), result_type=ApprovalAnswer
         )
         assert answer.approved
-        for _ in range(200):
+        for _ in range(600):  # the 6th boundary's export acknowledged, then cancel
             status = await handle.query("status", result_type=RunStatusView)
-            if status.turn == 6:
+            if status.exports_delivered == 6:
                 break
             await asyncio.sleep(0.05)
         await handle.signal("cancel", "enough")

@@ -10,13 +10,14 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowFailureError
 
 from activities import AgentActivities
-from activities.providers import ModelProvider, TextSink, build_providers
+from activities.providers import build_providers
 from durable_agent.checkpoint import SessionCheckpointExportV1
 from durable_agent.client import ensure_search_attributes, resume_run
 from durable_agent.devserver import start_ephemeral_server
-from durable_agent.models import Message, ModelResponse, RunStartEvent, ToolEndEvent
-from durable_agent.run_io import WORKFLOW_TYPE, AgentRunInput, AgentRunResult, ModelCallInput
+from durable_agent.models import RunStartEvent, ToolEndEvent
+from durable_agent.run_io import WORKFLOW_TYPE, AgentRunInput, AgentRunResult
 from tests.helpers import (
+    RecordingProvider,
     RecordingSink,
     final,
     read_call,
@@ -27,18 +28,6 @@ from tests.helpers import (
 )
 
 RESPONSES: list[dict[str, Any]] = [read_call("r1", "a.txt"), read_call("r2", "b.txt"), final("both read")]
-
-
-class Recording:
-    """A provider that keeps the conversations it was asked about."""
-
-    def __init__(self, inner: ModelProvider) -> None:
-        self.inner = inner
-        self.seen: list[tuple[Message, ...]] = []
-
-    async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
-        self.seen.append(call.messages)
-        return await self.inner.complete(call, model, on_text)
 
 
 async def first_export(
@@ -61,7 +50,7 @@ async def test_an_export_from_one_server_resumes_on_another(client: Client, tmp_
     try:
         await ensure_search_attributes(other.client)
         config = scripted_config(tmp_path, RESPONSES)
-        model = Recording(build_providers(config)["scripted"])
+        model = RecordingProvider(build_providers(config)["scripted"])
         sink = RecordingSink()
         acts = AgentActivities(config, providers={"scripted": model}, sinks={"local": sink})
         async with running_worker(other.client, acts) as queue:
@@ -100,7 +89,7 @@ async def test_a_resume_between_two_calls_of_one_step_makes_the_remaining_call_f
     export = await first_export(client, tmp_path, [both, final("both read")])
     assert export.descriptor.turn == 1  # after r1, before r2
     config = scripted_config(tmp_path, [both, final("both read")])
-    model = Recording(build_providers(config)["scripted"])
+    model = RecordingProvider(build_providers(config)["scripted"])
     sink = RecordingSink()
     acts = AgentActivities(config, providers={"scripted": model}, sinks={"local": sink})
     async with running_worker(client, acts) as queue:

@@ -8,20 +8,20 @@ from pathlib import Path
 from temporalio.client import Client
 
 from activities import AgentActivities
-from activities.providers import ModelProvider, TextSink, build_providers
+from activities.providers import build_providers
 from durable_agent.checkpoint import tool_end_ids
 from durable_agent.client import follow_events, follow_run
 from durable_agent.models import (
     EndEvent,
     EventRecord,
     LiveText,
-    ModelResponse,
     TextDeltaEvent,
     ToolResultBlock,
 )
-from durable_agent.run_io import AgentRunResult, ModelCallInput, RunStatusView
+from durable_agent.run_io import AgentRunResult, RunStatusView
 from tests.helpers import (
     BlockingSink,
+    RecordingProvider,
     RecordingSink,
     final,
     read_call,
@@ -30,18 +30,6 @@ from tests.helpers import (
     start,
     workspace_with,
 )
-
-
-class CountingProvider:
-    """Counts the model calls that reach the provider."""
-
-    def __init__(self, inner: ModelProvider) -> None:
-        self.inner = inner
-        self.calls = 0
-
-    async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
-        self.calls += 1
-        return await self.inner.complete(call, model, on_text)
 
 
 async def run_with_sink(
@@ -130,7 +118,7 @@ async def test_session_store_and_host_export_observe_the_same_live_boundary(
     ws = workspace_with(tmp_path, {"evidence.txt": "dual sink boundary\n"})
     config = scripted_config(tmp_path, [read_call("dual-sink-read", "evidence.txt"), final()])
     sink = BlockingSink()
-    provider = CountingProvider(build_providers(config)["scripted"])
+    provider = RecordingProvider(build_providers(config)["scripted"])
     activities = AgentActivities(config, sinks={"local": sink}, providers={"scripted": provider})
     async with running_worker(client, activities) as queue:
         handle = await start(client, queue, ws, session_id="dual-sink-session")

@@ -75,7 +75,7 @@ async def test_a_raw_json_start_with_an_unknown_field_is_refused(client: Client,
             "--input", json.dumps({"prompt": "hi", "temperature": 2}),
         )  # fmt: skip
         out = await temporal(client, "workflow", "describe", "-w", wid, "-o", "json")
-        for _ in range(50):
+        for _ in range(200):
             if json.loads(out)["workflowExecutionInfo"]["status"] != "WORKFLOW_EXECUTION_STATUS_RUNNING":
                 break
             await asyncio.sleep(0.1)
