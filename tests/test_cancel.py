@@ -13,7 +13,15 @@ from activities.tools import Tool, builtin_tools
 from durable_agent.models import ToolEndEvent
 from durable_agent.run_io import RunStatusView
 from durable_agent.tool_specs import ToolArgs, ToolSpec
-from tests.helpers import final, running_worker, scripted_config, start, tool_call, workspace_with
+from tests.helpers import (
+    RecordingSink,
+    final,
+    running_worker,
+    scripted_config,
+    start,
+    tool_call,
+    workspace_with,
+)
 
 
 class WaitArgs(ToolArgs):
@@ -25,11 +33,13 @@ class WaitTools:
 
     def __init__(self) -> None:
         self.started = asyncio.Event()
+        self.starts = 0
         self.cancelled = asyncio.Event()
         self.completed = asyncio.Event()
 
     async def run(self, args: WaitArgs, workspace: Path) -> str:
         self.started.set()
+        self.starts += 1
         try:
             await asyncio.sleep(args.seconds)
         except asyncio.CancelledError:
@@ -128,27 +138,35 @@ async def test_cancel_before_the_first_step_and_temporal_cancel_both_end_cancell
         assert desc.status == WorkflowExecutionStatus.COMPLETED
 
 
-async def test_cancel_after_a_boundary_stops_before_the_next_model_call(
+async def test_cancel_after_a_boundary_ends_the_run_with_that_boundary_exported(
     client: Client, tmp_path: Path
 ) -> None:
     waiter = WaitTools()
     config = scripted_config(
         tmp_path,
-        [tool_call("wait-1", "wait", seconds=1.0), tool_call("wait-2", "wait", seconds=60), final()],
+        [tool_call("wait-1", "wait", seconds=0.5), tool_call("wait-2", "wait", seconds=60), final()],
         permissions={"allow": ["wait"]},
     )
-    acts = AgentActivities(config, tools=waiter.tools())
+    sink = RecordingSink()
+    acts = AgentActivities(config, tools=waiter.tools(), sinks={"local": sink})  # type: ignore[arg-type]
     async with running_worker(client, acts) as queue:
         handle = await start(client, queue, workspace_with(tmp_path, {}), "wait twice")
         status = await wait_for_status(handle, lambda s: s.exports_delivered >= 1)
         assert status.turn == 1
+        for _ in range(200):  # the second, long wait is running
+            if waiter.starts == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert waiter.starts == 2
         await handle.signal("cancel")
         result = await asyncio.wait_for(handle.result(), 15)
     assert result.status == "cancelled"
-    assert result.tool_calls_count in (1, 2)
-    ends = [e for e in result.exports]
-    assert ends and ends[0].turn == 1
-    assert not any(isinstance(e, ToolEndEvent) and e.output.startswith("waited 60") for e in ends)
+    assert result.tool_calls_count == 1  # the second call never finished
+    assert [e.turn for e in result.exports] == [1]
+    assert [e.descriptor.turn for e in sink.exports] == [1]
+    ends = [r.event for r in sink.exports[0].open().source_run().events if isinstance(r.event, ToolEndEvent)]
+    assert [e.id for e in ends] == ["wait-1"]
+    assert waiter.cancelled.is_set()
 
 
 async def test_a_temporal_cancel_request_also_stops_the_tool_in_flight(
