@@ -13,8 +13,10 @@ Each read is one tool boundary: model call, tool call, checkpoint save, export.
 Columns, per N (``/b`` = divided by N; the fixed cost of a run is in there too):
 
 * ``wall`` and ``ms/b``: time from start to result, as the client sees it;
+* ``execs``: the run's executions (it continues as new when its history grows);
 * ``events``: history events; ``hist`` bytes: the protobuf ``ByteSize()`` of
-  the history (the JSON of ``WorkflowHistory.to_json()`` is in ``--json``);
+  the history, both summed over every execution (the JSON of
+  ``WorkflowHistory.to_json()`` and the largest execution are in ``--json``);
 * ``export``: bytes of the files the filesystem sink wrote for the run.
 
 The last line is the marginal cost of one more boundary between the smallest
@@ -76,18 +78,30 @@ async def measure(client: Client, queue: str, workspace: Path, sinks: Path, n: i
     wall = time.perf_counter() - started
     if result.status != "completed" or result.tool_calls_count != n:
         raise SystemExit(f"N={n}: {result.status} after {result.tool_calls_count} calls: {result.error}")
-    history = await handle.fetch_history()
-    proto_bytes = History(events=history.events).ByteSize()
+    # every execution of the run: it may have continued as new, so walk the chain back
+    histories = []
+    run_id: str | None = None
+    while True:
+        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        histories.append(history)
+        run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+        if not run_id:
+            break
+    events = sum(len(h.events) for h in histories)
+    sizes = [History(events=h.events).ByteSize() for h in histories]
+    proto_bytes = sum(sizes)
     folder = sinks / safe_name(result.session_id) / safe_name(result.run_id)
     export_bytes = sum(p.stat().st_size for p in folder.glob("turn-*.json"))
     return {
         "boundaries": n,
         "wall_s": round(wall, 3),
         "ms_per_boundary": round(wall * 1000 / n, 1),
-        "history_events": len(history.events),
-        "events_per_boundary": round(len(history.events) / n, 1),
+        "executions": len(histories),
+        "largest_execution_bytes": max(sizes),
+        "history_events": events,
+        "events_per_boundary": round(events / n, 1),
         "history_bytes_proto": proto_bytes,
-        "history_bytes_json": len(history.to_json()),
+        "history_bytes_json": sum(len(h.to_json()) for h in histories),
         "history_bytes_per_boundary": round(proto_bytes / n),
         "export_files": len(result.exports),
         "export_bytes": export_bytes,
@@ -97,6 +111,7 @@ async def measure(client: Client, queue: str, workspace: Path, sinks: Path, n: i
 
 COLUMNS = [  # header, key, format
     ("N", "boundaries", "{:>5}"),
+    ("execs", "executions", "{:>5}"),
     ("wall s", "wall_s", "{:>8.2f}"),
     ("ms/b", "ms_per_boundary", "{:>8.1f}"),
     ("events", "history_events", "{:>7}"),
