@@ -24,6 +24,7 @@ from pathlib import Path
 
 from activities.tools import ToolFailure, confine, is_inside
 from activities.tools_fs import is_binary
+from durable_agent.globs import translate
 from durable_agent.tool_args import (
     GLOB_MAX_RESULTS,
     GREP_MAX_FILE_BYTES,
@@ -47,49 +48,7 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     alternatives. ``*`` matches names starting with a dot, as the permission
     patterns do.
     """
-    return re.compile(_translate(pattern), re.DOTALL)
-
-
-def _translate(p: str) -> str:
-    out: list[str] = []
-    i, n = 0, len(p)
-    while i < n:
-        c = p[i]
-        if p.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif p.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif c == "*":
-            out.append("[^/]*")
-            i += 1
-        elif c == "?":
-            out.append("[^/]")
-            i += 1
-        elif c == "[" and (end := _class_end(p, i)) != -1:
-            body = p[i + 1 : end]
-            negate = body[:1] in ("!", "^")
-            body = (body[1:] if negate else body).replace("\\", "\\\\").replace("[", "\\[")
-            out.append(f"[^/{body}]" if negate else f"[{body}]")
-            i = end + 1
-        elif c == "{" and (end := p.find("}", i)) != -1:
-            out.append("(?:" + "|".join(_translate(alt) for alt in p[i + 1 : end].split(",")) + ")")
-            i = end + 1
-        else:
-            out.append(re.escape(c))
-            i += 1
-    return "".join(out)
-
-
-def _class_end(p: str, start: int) -> int:
-    """Index of the ``]`` closing the class opened at ``start``, or -1 (then ``[`` is literal)."""
-    j = start + 1
-    if j < len(p) and p[j] in "!^":
-        j += 1
-    if j < len(p) and p[j] == "]":
-        j += 1  # a ``]`` first in the class is part of it
-    return p.find("]", j)
+    return re.compile(translate(pattern, extended=True), re.DOTALL)
 
 
 @dataclass

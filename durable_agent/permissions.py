@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
+from durable_agent.globs import translate
 from durable_agent.models import Frozen
 
 Decision = Literal["allow", "deny", "ask"]
@@ -59,25 +60,7 @@ def parse_rule(text: str) -> Rule:
 def _compile(pattern: str) -> re.Pattern[str]:
     prefix = pattern.endswith(":*")
     body = pattern[:-2] if prefix else pattern
-    out: list[str] = []
-    i = 0
-    while i < len(body):
-        c = body[i]
-        if body.startswith("**/", i):
-            out.append("(?:.*/)?")  # ``a/**/b`` also matches ``a/b``
-            i += 3
-        elif body.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif c == "*":
-            out.append("[^/]*")
-            i += 1
-        elif c == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(c))
-            i += 1
+    out = [translate(body, extended=False)]
     if prefix:
         out.append(r"(?:[\s:].*)?")
     return re.compile("".join(out), re.DOTALL)
