@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from activities import AgentActivities
 from activities.tools import Tool, builtin_tools
 from durable_agent.models import ToolEndEvent
-from durable_agent.run_io import RunStatusView
+from durable_agent.run_io import AgentRunResult, RunStatusView
 from durable_agent.tool_specs import ToolArgs, ToolSpec
 from tests.helpers import (
     RecordingSink,
@@ -61,6 +64,18 @@ def wait_config(tmp_path: Path, seconds: float) -> object:
     )
 
 
+@asynccontextmanager
+async def minute_long_tool(
+    client: Client, tmp_path: Path, waiter: WaitTools
+) -> AsyncIterator[WorkflowHandle[Any, AgentRunResult]]:
+    """A run whose ``wait`` tool (60 s) is running, on an in-process worker."""
+    acts = AgentActivities(wait_config(tmp_path, 60), tools=waiter.tools())  # type: ignore[arg-type]
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, workspace_with(tmp_path, {}), "wait a minute")
+        await asyncio.wait_for(waiter.started.wait(), 10)
+        yield handle
+
+
 async def wait_for_status(handle: object, predicate: object, timeout: float = 10) -> RunStatusView:
     deadline = time.monotonic() + timeout
     while True:
@@ -74,10 +89,7 @@ async def test_cancel_signal_while_a_tool_runs_ends_the_run_within_seconds(
     client: Client, tmp_path: Path
 ) -> None:
     waiter = WaitTools()
-    acts = AgentActivities(wait_config(tmp_path, 60), tools=waiter.tools())  # type: ignore[arg-type]
-    async with running_worker(client, acts) as queue:
-        handle = await start(client, queue, workspace_with(tmp_path, {}), "wait a minute")
-        await asyncio.wait_for(waiter.started.wait(), 10)
+    async with minute_long_tool(client, tmp_path, waiter) as handle:
         await handle.signal("cancel", "the user changed their mind")
         # the tool would run 60 s: ending well before proves the cancel reached it
         result = await asyncio.wait_for(handle.result(), 15)
@@ -173,10 +185,7 @@ async def test_a_temporal_cancel_request_also_stops_the_tool_in_flight(
     client: Client, tmp_path: Path
 ) -> None:
     waiter = WaitTools()
-    acts = AgentActivities(wait_config(tmp_path, 60), tools=waiter.tools())  # type: ignore[arg-type]
-    async with running_worker(client, acts) as queue:
-        handle = await start(client, queue, workspace_with(tmp_path, {}), "wait a minute")
-        await asyncio.wait_for(waiter.started.wait(), 10)
+    async with minute_long_tool(client, tmp_path, waiter) as handle:
         await handle.cancel()
         result = await asyncio.wait_for(handle.result(), 15)
         history = await handle.fetch_history()
