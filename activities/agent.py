@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,10 +13,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.providers import ModelProvider, ProviderError, build_providers
+from activities.run_state import RunStates
 from activities.sinks import ExportSink, FilesystemExportSink, SinkError
 from activities.store import FilesystemSessionStore, SessionStore
 from activities.tools import Tool, ToolFailure, builtin_tools
-from durable_agent.checkpoint import ExportError
+from durable_agent.checkpoint import ExportDescriptor, ExportError, RunRecord
 from durable_agent.config import AgentConfig
 from durable_agent.models import LiveText, ModelResponse
 from durable_agent.run_io import (
@@ -23,19 +25,34 @@ from durable_agent.run_io import (
     ACTIVITY_FINISH_RUN,
     ACTIVITY_LOAD_SESSION,
     ACTIVITY_MODEL,
+    ACTIVITY_OPEN_RUN,
     ACTIVITY_RESOLVE,
     ACTIVITY_SAVE_CHECKPOINT,
     ACTIVITY_TOOL,
     ExportInput,
+    ExportSeed,
     FinishRunInput,
     LoadSessionInput,
     ModelCallInput,
+    ModelStepInput,
+    OpenRunInput,
     ResolveInput,
+    RunOpened,
     RunPlan,
     SaveCheckpointInput,
     SessionRuns,
     ToolCallInput,
     ToolOutput,
+)
+from durable_agent.run_log import (
+    STAGE_MIN_BYTES,
+    STATE_MISSING,
+    LogDelta,
+    LogEntry,
+    StateMissing,
+    build_export,
+    run_snapshot,
+    text_digest,
 )
 from durable_agent.tool_specs import (
     ToolCallError,
@@ -45,9 +62,16 @@ from durable_agent.tool_specs import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 INVALID_RUN_INPUT = "InvalidRunInput"
 LIVE_TEXT_INTERVAL_SECONDS = 0.25
+
+
+def state_missing(exc: StateMissing) -> ApplicationError:
+    """Not retried: the workflow sends the missing entries again from its history, then retries."""
+    head = exc.head.model_dump(mode="json") if exc.head is not None else None
+    return ApplicationError(str(exc), head, type=STATE_MISSING, non_retryable=True)
 
 
 def usage_error(message: str) -> ApplicationError:
@@ -96,6 +120,7 @@ class AgentActivities:
         self.providers = providers if providers is not None else build_providers(config)
         self.tools = tools if tools is not None else builtin_tools()
         self.store = store if store is not None else FilesystemSessionStore(config.store.path)
+        self.states = RunStates(self.store)
         self.sinks: dict[str, ExportSink] = (
             sinks
             if sinks is not None
@@ -113,6 +138,7 @@ class AgentActivities:
         """Every activity, for ``Worker(activities=...)``."""
         return [
             self.resolve_run,
+            self.open_run,
             self.model_call,
             self.tool_call,
             self.load_session,
@@ -163,17 +189,29 @@ class AgentActivities:
         )
 
     @activity.defn(name=ACTIVITY_MODEL)
-    async def model_call(self, inp: ModelCallInput) -> ModelResponse:
-        """Ask the model for its next step."""
+    async def model_call(self, inp: ModelStepInput) -> ModelResponse:
+        """Ask the model for its next step, on the conversation in the run's log."""
         provider_name, _, model = inp.model.partition("/")
         provider = self.providers.get(provider_name)
         if provider is None:
             raise usage_error(f"model provider {provider_name!r} is not configured on this worker")
+        try:
+            header = await self.states.header(inp.run_id)
+            conversation = (await self.states.read(inp.log)).with_pending(inp.pending)
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+        call = ModelCallInput(
+            run_id=inp.run_id,
+            model=inp.model,
+            system_prompt=header.system_prompt,
+            messages=tuple(conversation),
+            tools=header.tools,
+        )
         attempt = activity.info().attempt
         text: list[str] = []
         try:
             return await heartbeating(
-                provider.complete(inp, model, text.append),
+                provider.complete(call, model, text.append),
                 details=lambda: LiveText(attempt=attempt, text="".join(text)),
             )
         except ProviderError as exc:
@@ -202,40 +240,138 @@ class AgentActivities:
             raise ApplicationError(
                 f"{inp.name} failed: {exc}", type=type(exc).__name__, non_retryable=True
             ) from exc
+        await self._stage(inp.run_id, content)
         return ToolOutput(content=content)
+
+    async def _stage(self, run_id: str, content: str) -> None:
+        """Keep a long output in the store, so the save after this call can name it by digest.
+
+        Only a cache: the output is this activity's result all the same, and a
+        save that does not find it here is sent the output itself. So a store
+        that fails here costs history bytes, never the call.
+        """
+        if len(content.encode()) < STAGE_MIN_BYTES:
+            return
+        try:
+            await self.store.stage_text(run_id, text_digest(content), content)
+        except Exception as exc:
+            log.warning("could not stage a tool output of run %s: %s", run_id, exc)
+
+    @activity.defn(name=ACTIVITY_OPEN_RUN)
+    async def open_run(self, inp: OpenRunInput) -> RunOpened:
+        """Start the run's log: its header, with the session's ended runs, and its first entry."""
+        header = inp.header
+        stored = await self.store.load_header(header.run_id)
+        if stored is not None:  # a repeat: the first attempt already chose the prior runs
+            prior = stored.prior_run_ids
+        else:
+            records = await heartbeating(self.store.load_run_records(header.session_id))
+            prior = tuple(r.snapshot.id for r in records if r.snapshot.id != header.run_id)
+        await self.states.save_header(header.model_copy(update={"prior_run_ids": prior}))
+        try:
+            await heartbeating(self.states.append(header.run_id, [inp.seed]))
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+        return RunOpened(prior_run_ids=prior)
 
     @activity.defn(name=ACTIVITY_SAVE_CHECKPOINT)
     async def save_checkpoint(self, inp: SaveCheckpointInput) -> None:
-        """Write the run's logical checkpoint to the session store, durably."""
-        await heartbeating(self.store.save_loop_checkpoint(inp.checkpoint))
+        """Append entries to the run's logical checkpoint in the session store, durably."""
+        try:
+            if inp.header is not None:
+                await self.states.save_header(inp.header)
+            entries = [await self._unstage(inp, e) for e in inp.entries]
+            if inp.seed is not None:
+                entries.insert(0, await self._seed_from_export(inp.run_id, inp.seed))
+            await heartbeating(self.states.append(inp.run_id, entries))
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+
+    async def _unstage(self, inp: SaveCheckpointInput, entry: LogEntry) -> LogEntry:
+        """The entry with the outputs the tool activity staged filled in, checked against its digest."""
+        if inp.staged:
+            texts: dict[str, str] = {}
+            for staged in inp.staged:
+                text = await self.store.staged_text(inp.run_id, staged.digest)
+                if text is None or text_digest(text) != staged.digest:
+                    raise StateMissing(f"the store does not hold the staged output of {staged.tool_use_id}")
+                texts[staged.tool_use_id] = text
+            entry = entry.model_copy(update={"delta": entry.delta.with_results(texts)})
+        if entry.delta.chained(entry.parent) != entry.digest:
+            raise ApplicationError(
+                f"log entry {entry.version} of run {inp.run_id!r} does not match its digest",
+                type="InvalidLogEntry",
+                non_retryable=True,
+            )
+        return entry
+
+    async def _seed_from_export(self, run_id: str, seed: ExportSeed) -> LogEntry:
+        """The state a continued run started from, read back from its last export."""
+        sink = self.sinks.get(seed.sink)
+        fetch = getattr(sink, "fetch", None)
+        export = await fetch(seed.descriptor) if fetch is not None else None
+        if export is None:
+            raise ApplicationError(
+                f"run {run_id!r}: its state at turn {seed.descriptor.turn} is in neither the session "
+                f"store nor sink {seed.sink!r} (export {seed.descriptor.content_digest}); "
+                "resume from that export with `durable-agent resume`",
+                type="StateLost",
+                non_retryable=True,
+            )
+        if export.descriptor.content_digest != seed.descriptor.content_digest:
+            raise StateMissing(
+                f"sink {seed.sink!r} gave another export than {seed.descriptor.content_digest}"
+            )
+        payload = export.open()
+        whole = LogDelta(
+            replace=True, messages=payload.logical_resume.messages, events=payload.source_run().events
+        )
+        return LogEntry(version=seed.log.version, parent="", digest=seed.log.digest, delta=whole)
 
     @activity.defn(name=ACTIVITY_LOAD_SESSION)
     async def load_session(self, inp: LoadSessionInput) -> SessionRuns:
-        """The session's ended runs (other than this one), oldest first."""
+        """The session's ended runs (other than this one), oldest first.
+
+        Called by runs recorded before ``agent.open_run`` existed; kept for them.
+        """
         records = await heartbeating(self.store.load_run_records(inp.session_id))
         return SessionRuns(records=tuple(r for r in records if r.snapshot.id != inp.run_id))
 
     @activity.defn(name=ACTIVITY_FINISH_RUN)
     async def finish_run(self, inp: FinishRunInput) -> None:
-        """Keep the ended run's record in its session, then drop its logical checkpoint."""
-        await heartbeating(self.store.save_run_record(inp.record))
-        await heartbeating(self.store.delete_loop_checkpoint(inp.record.snapshot.id))
+        """Keep the ended run's record in its session, then drop its log."""
+        try:
+            header = await self.states.header(inp.log.run_id)
+            run_log = await self.states.read(inp.log)
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+        events = (*run_log.events, *inp.events)
+        snapshot = run_snapshot(header, events, inp.status, inp.updated_at_ms, inp.result_text, inp.error)
+        await heartbeating(self.store.save_run_record(RunRecord(snapshot=snapshot, events=events)))
+        await heartbeating(self.states.drop(inp.log.run_id))
 
     @activity.defn(name=ACTIVITY_EXPORT)
-    async def export_checkpoint(self, inp: ExportInput) -> None:
-        """Hand an export to the sink; return only once the sink holds it."""
+    async def export_checkpoint(self, inp: ExportInput) -> ExportDescriptor:
+        """Build the boundary's export from the run's log and hand it to the sink; return only
+        once the sink holds it."""
         sink = self.sinks.get(inp.sink)
         if sink is None:
             raise ApplicationError(f"export sink {inp.sink!r} is not configured", non_retryable=True)
         try:
-            inp.export.open()
+            header = await self.states.header(inp.log.run_id)
+            run_log = await self.states.read(inp.log)
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+        try:
+            export = build_export(header, run_log, await self.states.prior_runs(header), inp.facts)
         except ExportError as exc:
             raise ApplicationError(
                 f"export failed its own validation: {exc}", type=type(exc).__name__, non_retryable=True
             ) from exc
         try:
-            await heartbeating(sink.deliver(inp.export))
+            await heartbeating(sink.deliver(export))
         except SinkError as exc:
             raise ApplicationError(
                 f"sink {inp.sink!r}: {exc}", type="SinkError", non_retryable=not exc.retryable
             ) from exc
+        return export.descriptor

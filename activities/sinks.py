@@ -9,7 +9,7 @@ from typing import Protocol
 
 from activities.files import write_atomic
 from activities.store import safe_name
-from durable_agent.checkpoint import SessionCheckpointExportV1
+from durable_agent.checkpoint import ExportDescriptor, SessionCheckpointExportV1
 
 
 class SinkError(Exception):
@@ -21,7 +21,12 @@ class SinkError(Exception):
 
 
 class ExportSink(Protocol):
-    """Returns only once the export is held durably. Must treat a repeat digest as done."""
+    """Returns only once the export is held durably. Must treat a repeat digest as done.
+
+    A sink that can also give an export back (``fetch``, as the filesystem sink
+    does) lets a run that continued as new recover its state from its last
+    export when the session store has lost it.
+    """
 
     async def deliver(self, export: SessionCheckpointExportV1) -> None: ...
 
@@ -38,7 +43,9 @@ class FilesystemExportSink:
         self.root = root
 
     def path_for(self, export: SessionCheckpointExportV1) -> Path:
-        d = export.descriptor
+        return self._path(export.descriptor)
+
+    def _path(self, d: ExportDescriptor) -> Path:
         digest = d.content_digest.removeprefix("sha256:")
         folder = self.root / safe_name(d.session_id) / safe_name(d.run_id)
         return folder / f"turn-{d.turn:06d}-{digest[:16]}.json"
@@ -56,6 +63,14 @@ class FilesystemExportSink:
             await asyncio.to_thread(write_atomic, path, data)
         except OSError as exc:
             raise SinkError(f"cannot write {path}: {exc}") from exc
+
+    async def fetch(self, descriptor: ExportDescriptor) -> SessionCheckpointExportV1 | None:
+        """The export this sink holds for ``descriptor``, if any (not yet validated)."""
+        path = self._path(descriptor)
+        try:
+            return await asyncio.to_thread(read_export_file, path)
+        except FileNotFoundError:
+            return None
 
 
 def read_export_file(path: Path) -> SessionCheckpointExportV1:

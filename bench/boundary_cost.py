@@ -1,26 +1,46 @@
-"""What one tool boundary costs: wall time, Temporal history and export bytes.
+"""What one tool boundary costs in Temporal history, ours against the naive design.
 
 Run it from the repository root:
 
-    python bench/boundary_cost.py                      # N = 1 10 50 boundaries, 2000-byte files
-    python bench/boundary_cost.py --boundaries 5 100 --file-bytes 10000 --json
+    python bench/boundary_cost.py                      # N = 10 50 200 1000, 20 KB tool outputs
+    python bench/boundary_cost.py --boundaries 10 50   # a quick look
+    python bench/boundary_cost.py --boundaries 10 50 --naive-max 50 --json
 
-It starts its own Temporal dev server (in memory) unless ``TEMPORAL_ADDRESS`` is
-set, runs an in-process worker and, for each N, one ``AgentRun`` whose scripted
-model asks for N ``read`` calls of one file, one call a step, then answers.
-Each read is one tool boundary: model call, tool call, checkpoint save, export.
+It starts its own Temporal dev server (``temporal server start-dev``, in
+memory, log level ``warn``, its log in a file it scans) unless
+``TEMPORAL_ADDRESS`` is set, then runs in-process workers. For each N, two
+runs of the same scripted conversation, N ``read`` calls of one 20,000-byte
+file (``--file-bytes``), one call a step, then an answer:
 
-Columns, per N (``/b`` = divided by N; the fixed cost of a run is in there too):
+* ours: an ``AgentRun`` (``start_run``). Each boundary's checkpoint export goes
+  to a sink of the bench's own (``bench/sink.py``) that checks its digest and
+  keeps only the last one: a 1,000-boundary run exports about 12 GB in all,
+  too much for the filesystem sink;
+* naive: ``NaiveAgentRun`` (``bench/naive.py``), which keeps the conversation
+  in the workflow and sends all of it with every model call. Its history
+  passes the server's 50 MB limit near 70 boundaries and the server terminates
+  it; after that N, and above ``--naive-max``, it is not run again (``—``).
 
-* ``wall`` and ``ms/b``: time from start to result, as the client sees it;
-* ``execs``: the run's executions (it continues as new when its history grows);
-* ``events``: history events; ``hist`` bytes: the protobuf ``ByteSize()`` of
-  the history, both summed over every execution (the JSON of
-  ``WorkflowHistory.to_json()`` and the largest execution are in ``--json``);
-* ``export``: bytes of the files the filesystem sink wrote for the run.
+Columns, per N and design (``/b`` = divided by the boundaries the run completed):
 
-The last line is the marginal cost of one more boundary between the smallest
-and the largest N. A warm-up run (N = 1) goes first and is not reported.
+* ``execs``: executions of the run (ours continues as new as its history grows);
+* ``ev/b``: history events; ``hist B/b``: history bytes, the protobuf
+  ``ByteSize()`` of the fetched history; both summed over every execution;
+* ``ratio``: history bytes / conversation bytes, the canonical JSON of the
+  conversation at the last tool boundary (ours: the last export's messages;
+  naive: the last model call's input). The goal: at most 2 at every N;
+* ``ms/b``: wall time from start to result, as the client sees it;
+* ``warn``: lines of the server log naming this workflow id that say
+  ``exceeds warn limit`` / ``exceeds error limit`` (history size or count,
+  mutable state) or ``Blob data size exceeds`` (one payload over 512 KB); the
+  server throttles these lines, so a count of lines, not of events
+  (``bench/runs.py`` has the messages). The goal: none for ours;
+* ``outcome``: ``ok``, or how the run ended, at which boundary (details below the table).
+
+``--json`` adds one line per N and design with every figure (export count and
+bytes, largest execution, the warning messages). A warm-up run (N = 1) of each
+design goes first and is not reported. The SDK's own warnings of a payload
+over 512 KB (``TMPRL1103``) are counted too, in a line below the table.
 """
 
 from __future__ import annotations
@@ -29,32 +49,53 @@ import argparse
 import asyncio
 import json
 import os
+import random
+import socket
 import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from temporalio.api.history.v1 import History
-from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
 
 from activities import AgentActivities
-from activities.store import safe_name
-from durable_agent.client import connect, ensure_search_attributes, start_run
+from bench.naive import NAIVE_MODEL, NAIVE_WORKFLOW, NaiveAgentRun, NaiveInput, NaiveModel
+from bench.runs import CoreLog, completed_calls, ending, fetch_chain, last_model_input, scan_warnings, settle
+from bench.sink import DigestSink
+from durable_agent.canonical import canonical_bytes
+from durable_agent.checkpoint import ExportError
+from durable_agent.client import connect, ensure_search_attributes, exit_process, start_run
 from durable_agent.config import parse_config
-from durable_agent.devserver import start_ephemeral_server
-from durable_agent.run_io import AgentRunInput
+from durable_agent.devserver import start_dev_server, stop_dev_server
+from durable_agent.models import Message, ToolDefinition, ToolResultBlock
+from durable_agent.run_io import ACTIVITY_TOOL, AgentRunInput
+from durable_agent.tool_specs import offered_tools
 from worker import build_worker
+
+WORDS = ("request", "response", "cache", "miss", "retry", "timeout", "worker", "queue", "payload",
+         "export", "event", "model", "tool", "turn")  # fmt: skip
+LEVELS = ("DEBUG", "INFO", "INFO", "INFO", "WARN", "ERROR")
 
 
 def make_file(path: Path, size: int) -> None:
-    line = "the quick brown fox jumps over the lazy dog; 0123456789 " * 2
-    text = "".join(f"{i:05d} {line}\n" for i in range(size // (len(line) + 7) + 1))
-    path.write_text(text[:size])
+    """Log-like numbered lines of varied text, ``size`` bytes."""
+    rng = random.Random(size)
+    lines, total = [], 0
+    while total < size:
+        words = " ".join(rng.choices(WORDS, k=rng.randint(3, 14)))
+        origin = f"{rng.choice(LEVELS):<5} svc.{rng.choice(WORDS)}"
+        line = f"{len(lines) + 1:05d} {origin}: {words} #{rng.randint(0, 99999)}\n"
+        lines.append(line)
+        total += len(line)
+    path.write_text("".join(lines)[: size - 1] + "\n")
 
 
 def write_script(tmp: Path, n: int) -> Path:
@@ -64,144 +105,296 @@ def write_script(tmp: Path, n: int) -> Path:
     return script
 
 
-async def measure(client: Client, queue: str, workspace: Path, sinks: Path, n: int) -> dict[str, Any]:
-    run = AgentRunInput(
-        prompt=f"read {n}x", workspace=str(workspace), model=f"n{n}/bench", max_tool_rounds=n + 1
-    )
-    started = time.perf_counter()
-    handle = await start_run(client, run, queue=queue, workflow_id=f"bench-{n}-{uuid.uuid4().hex[:8]}")
-    try:
-        result = await asyncio.wait_for(handle.result(), timeout=60 + 5 * n)
-    except TimeoutError:  # e.g. an activity input over the 2 MB payload limit: the task fails forever
-        await handle.terminate("boundary_cost: timed out")
-        raise SystemExit(f"N={n}: no result in {60 + 5 * n} s (see the log above); terminated") from None
-    wall = time.perf_counter() - started
-    if result.status != "completed" or result.tool_calls_count != n:
-        raise SystemExit(f"N={n}: {result.status} after {result.tool_calls_count} calls: {result.error}")
-    # every execution of the run: it may have continued as new, so walk the chain back
-    histories = []
-    run_id: str | None = None
-    while True:
-        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
-        histories.append(history)
-        run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
-        if not run_id:
-            break
-    events = sum(len(h.events) for h in histories)
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Bench:
+    client: Client
+    workspace: Path
+    sink: DigestSink
+    queue: str
+    naive_queue: str
+    system_prompt: str
+    tools: tuple[ToolDefinition, ...]
+
+
+# --- one run ------------------------------------------------------------------
+
+
+def conversation_size(messages: tuple[Message, ...]) -> tuple[int, int]:
+    """The conversation's canonical JSON bytes, and the characters of its last tool output."""
+    outputs = [b.content for m in messages for b in m.content if isinstance(b, ToolResultBlock)]
+    size = len(canonical_bytes([m.model_dump(mode="json") for m in messages]))
+    return size, len(outputs[-1]) if outputs else 0
+
+
+def figures(
+    n: int, histories: list[WorkflowHistory], done: int, wall: float, messages: tuple[Message, ...]
+) -> dict[str, Any]:
     sizes = [History(events=h.events).ByteSize() for h in histories]
-    proto_bytes = sum(sizes)
-    folder = sinks / safe_name(result.session_id) / safe_name(result.run_id)
-    export_bytes = sum(p.stat().st_size for p in folder.glob("turn-*.json"))
+    events = sum(len(h.events) for h in histories)
+    conversation, output_chars = conversation_size(messages)
+    per = max(done, 1)
     return {
         "boundaries": n,
+        "completed_boundaries": done,
+        "workflow_id": histories[0].workflow_id,
         "wall_s": round(wall, 3),
-        "ms_per_boundary": round(wall * 1000 / n, 1),
+        "ms_per_boundary": round(wall * 1000 / per, 1),
         "executions": len(histories),
-        "largest_execution_bytes": max(sizes),
         "history_events": events,
-        "events_per_boundary": round(events / n, 1),
-        "history_bytes_proto": proto_bytes,
-        "history_bytes_json": sum(len(h.to_json()) for h in histories),
-        "history_bytes_per_boundary": round(proto_bytes / n),
-        "export_files": len(result.exports),
-        "export_bytes": export_bytes,
-        "export_bytes_per_boundary": round(export_bytes / n),
+        "events_per_boundary": round(events / per, 1),
+        "history_bytes": sum(sizes),
+        "history_bytes_per_boundary": round(sum(sizes) / per),
+        "largest_execution_bytes": max(sizes),
+        "conversation_bytes": conversation,
+        "history_to_conversation": round(sum(sizes) / conversation, 2) if conversation else None,
+        "tool_output_chars": output_chars,
     }
 
 
-COLUMNS = [  # header, key, format
-    ("N", "boundaries", "{:>5}"),
-    ("execs", "executions", "{:>5}"),
-    ("wall s", "wall_s", "{:>8.2f}"),
-    ("ms/b", "ms_per_boundary", "{:>8.1f}"),
-    ("events", "history_events", "{:>7}"),
-    ("ev/b", "events_per_boundary", "{:>6.1f}"),
-    ("hist bytes", "history_bytes_proto", "{:>12,}"),
-    ("hist B/b", "history_bytes_per_boundary", "{:>10,}"),
-    ("export bytes", "export_bytes", "{:>13,}"),
-    ("export B/b", "export_bytes_per_boundary", "{:>11,}"),
-]
-
-
-def print_table(rows: list[dict[str, Any]]) -> None:
-    widths = [len(fmt.format(0)) for _, _, fmt in COLUMNS]
-    print("  ".join(h.rjust(w) for (h, _, _), w in zip(COLUMNS, widths, strict=True)))
-    for row in rows:
-        print("  ".join(fmt.format(row[key]) for _, key, fmt in COLUMNS))
-    if len(rows) >= 2:
-        a, b = rows[0], rows[-1]
-        dn = b["boundaries"] - a["boundaries"]
-
-        def slope(key: str) -> float:
-            return (b[key] - a[key]) / dn
-
-        print(
-            f"marginal boundary (N={a['boundaries']}→{b['boundaries']}): "
-            f"{slope('wall_s') * 1000:.1f} ms, {slope('history_events'):.1f} events, "
-            f"{slope('history_bytes_proto'):,.0f} history bytes (protobuf), "
-            f"{slope('export_bytes'):,.0f} export bytes"
-        )
-
-
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--boundaries", type=int, nargs="+", default=[1, 10, 50], metavar="N")
-    parser.add_argument("--file-bytes", type=int, default=2000, help="size of the file each read returns")
-    parser.add_argument("--json", action="store_true", help="also print one JSON line per N")
-    args = parser.parse_args()
-    if min(args.boundaries) < 1:
-        parser.error("--boundaries must be at least 1")
-
-    env: WorkflowEnvironment | None = None
-    if os.environ.get("TEMPORAL_ADDRESS"):
-        client = await connect()
-        await ensure_search_attributes(client)
+async def measure_ours(b: Bench, n: int) -> dict[str, Any]:
+    run = AgentRunInput(
+        prompt=f"read data.txt {n} times",
+        workspace=str(b.workspace),
+        model=f"n{n}/bench",
+        max_tool_rounds=n + 1,
+    )
+    workflow_id = f"bench-ours-{n}-{uuid.uuid4().hex[:8]}"
+    started, window = time.perf_counter(), time.time()
+    handle = await start_run(b.client, run, queue=b.queue, workflow_id=workflow_id)
+    problem = await settle(handle, 120 + 2 * n)
+    wall = time.perf_counter() - started
+    histories = await fetch_chain(b.client, workflow_id)
+    if problem is None:
+        result = await handle.result()
+        problem = None if result.status == "completed" else f"{result.status}: {result.error}"
     else:
-        saved_stdout = os.dup(1)  # the dev server inherits fd 1 and prints a banner: keep it out
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        try:
-            env = await start_ephemeral_server(dev_server_log_level="error")
-        finally:
-            os.dup2(saved_stdout, 1)
-            os.close(saved_stdout)
-            os.close(devnull)
-        client = env.client
-    try:
-        with tempfile.TemporaryDirectory(prefix="boundary-cost-") as tmp_name:
-            tmp = Path(tmp_name)
-            workspace = tmp / "workspace"
-            workspace.mkdir()
-            make_file(workspace / "data.txt", args.file_bytes)
-            sizes = sorted({1, *args.boundaries})  # N = 1 also serves as the warm-up
-            config = parse_config(
-                {
-                    "default_model": "n1/bench",
-                    "providers": {
-                        f"n{n}": {"kind": "scripted", "script": str(write_script(tmp, n))} for n in sizes
-                    },
-                    "store": {"path": str(tmp / "store")},
-                    "sinks": {"local": {"kind": "filesystem", "path": str(tmp / "exports")}},
-                    "permissions": {"allow": ["read(*)"], "default": "deny"},
-                },
-                tmp,
+        problem = ending(histories[0])
+    first_run = histories[-1].events[0].workflow_execution_started_event_attributes.first_execution_run_id
+    exports = b.sink.take(first_run)
+    try:  # opening re-validates the whole export: a while for 20 MB, once a run
+        messages = exports.last.open().logical_resume.messages if exports.last else ()
+    except ExportError as exc:
+        print(f"N={n}: the last export does not open: {exc}", file=sys.stderr)
+        messages = ()
+    done = completed_calls(histories, ACTIVITY_TOOL)
+    row = figures(n, histories, done, wall, messages)
+    return {
+        **row,
+        "window": (window, window + wall),
+        "design": "ours",
+        "outcome": problem or "ok",
+        "export_count": exports.count,
+        "export_bytes": exports.content_bytes,
+    }
+
+
+async def measure_naive(b: Bench, n: int) -> dict[str, Any]:
+    inp = NaiveInput(
+        prompt=f"read data.txt {n} times",
+        workspace=str(b.workspace),
+        model=f"n{n}/bench",
+        system_prompt=b.system_prompt,
+        tools=b.tools,
+        max_steps=n + 1,
+    )
+    workflow_id = f"bench-naive-{n}-{uuid.uuid4().hex[:8]}"
+    started, window = time.perf_counter(), time.time()
+    handle = await b.client.start_workflow(
+        NAIVE_WORKFLOW, inp, id=workflow_id, task_queue=b.naive_queue, result_type=int
+    )
+    problem = await settle(handle, 60 + n)
+    wall = time.perf_counter() - started
+    histories = await fetch_chain(b.client, workflow_id)
+    done = completed_calls(histories, ACTIVITY_TOOL)
+    row = figures(n, histories, done, wall, last_model_input(histories, NAIVE_MODEL))
+    outcome = "ok" if problem is None else ending(histories[0])
+    return {**row, "window": (window, window + wall), "design": "naive", "outcome": outcome}
+
+
+# --- the table --------------------------------------------------------------------
+
+OURS = [  # header, key, format
+    ("execs", "executions", "{}"),
+    ("ev/b", "events_per_boundary", "{:.1f}"),
+    ("hist B/b", "history_bytes_per_boundary", "{:,}"),
+    ("ratio", "history_to_conversation", "{:.2f}"),
+    ("ms/b", "ms_per_boundary", "{:.0f}"),
+    ("warn", "server_warnings", "{}"),
+]
+NAIVE = OURS[1:]
+
+
+def cells(row: dict[str, Any] | None, columns: list[tuple[str, str, str]], skipped: str) -> list[str]:
+    if row is None:
+        return ["—"] * len(columns) + [skipped]
+    values = ["?" if row.get(key) is None else fmt.format(row[key]) for _, key, fmt in columns]
+    if row["outcome"] == "ok":
+        return [*values, "ok"]
+    word = "died" if row["outcome"].startswith("terminated") else "failed"
+    return [*values, f"{word} at b={row['completed_boundaries']}"]
+
+
+def print_table(
+    ns: list[int], ours: dict[int, dict[str, Any]], naive: dict[int, dict[str, Any]], skipped: dict[int, str]
+) -> None:
+    header = ["N", *(h for h, _, _ in OURS), "outcome", *(h for h, _, _ in NAIVE), "outcome"]
+    table = [header] + [
+        [str(n), *cells(ours[n], OURS, ""), *cells(naive.get(n), NAIVE, skipped.get(n, ""))] for n in ns
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    split = 1 + len(OURS) + 1  # N, ours' columns and outcome
+    lead = sum(widths[1:split]) + 2 * (split - 2)
+    print(f"{'':>{widths[0]}}  {'ours: AgentRun':<{lead}} | naive: the whole conversation in each model call")
+    for line in table:
+        texts = [
+            t.ljust(w) if h == "outcome" else t.rjust(w) for t, w, h in zip(line, widths, header, strict=True)
+        ]
+        print("  ".join(texts[:split]) + " | " + "  ".join(texts[split:]).rstrip())
+    for row in [*ours.values(), *naive.values()]:
+        if row["outcome"] != "ok":
+            print(f"  {row['design']} N={row['boundaries']}: {row['outcome']}")
+
+
+def print_summary(
+    ours: dict[int, dict[str, Any]], naive: dict[int, dict[str, Any]], unattributed: int | None
+) -> None:
+    first, last = ours[min(ours)], ours[max(ours)]
+    ratios = [r["history_to_conversation"] for r in ours.values() if r["history_to_conversation"] is not None]
+    growth = last["history_bytes_per_boundary"] / max(first["history_bytes_per_boundary"], 1)
+    print(
+        f"\nours: history bytes per boundary N={first['boundaries']}→{last['boundaries']}: "
+        f"{first['history_bytes_per_boundary']:,} → {last['history_bytes_per_boundary']:,} (×{growth:.2f}); "
+        f"history/conversation at most {max(ratios, default=float('nan')):.2f}"
+    )
+    dead = next((r for r in naive.values() if r["outcome"] != "ok"), None)
+    if dead:
+        print(f"naive: died at N={dead['boundaries']}, b={dead['completed_boundaries']}: {dead['outcome']}")
+    ended = "completed" if last["outcome"] == "ok" else f"did not complete ({last['outcome']})"
+    warned = (
+        "server warnings not checked (TEMPORAL_ADDRESS is set)"
+        if unattributed is None
+        else f"{last['server_warnings']} limit warnings (history size or count, blob size) from the server"
+    )
+    sdk = [sum(r["sdk_payload_warnings"] for r in d.values()) for d in (ours, naive)]
+    print(f"the SDK's warnings of a payload over 512 KB (TMPRL1103): ours {sdk[0]}, naive {sdk[1]}")
+    print(f"largest ours run (N={last['boundaries']}): {ended}, {warned}")
+    if unattributed:
+        print(f"({unattributed} limit warnings in the server log name no workflow id)")
+
+
+async def run_all(client: Client, tmp: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    workspace = tmp / "workspace"
+    workspace.mkdir()
+    make_file(workspace / "data.txt", args.file_bytes)
+    config = parse_config(
+        {
+            "default_model": "n1/bench",
+            "providers": {
+                f"n{n}": {"kind": "scripted", "script": str(write_script(tmp, n))}
+                for n in {1, *args.boundaries}
+            },
+            "store": {"path": str(tmp / "store")},
+            "default_sink": "bench",  # a name for the config; the bench's DigestSink takes its place
+            "sinks": {"bench": {"kind": "filesystem", "path": str(tmp / "exports-unused")}},
+            "permissions": {"allow": ["read(*)"], "default": "deny"},
+        },
+        tmp,
+    )
+    sink = DigestSink()
+    acts = AgentActivities(config, sinks={"bench": sink})
+    offers = offered_tools((t.spec for t in acts.tools.values()), config.permissions)
+    tag = uuid.uuid4().hex[:8]
+    b = Bench(client, workspace, sink, f"bench-{tag}", f"bench-naive-{tag}", config.system_prompt,
+              tuple(t.offer().definition for t in offers))  # fmt: skip
+    naive_worker = Worker(
+        client,
+        task_queue=b.naive_queue,
+        workflows=[NaiveAgentRun],
+        activities=[NaiveModel(acts.providers).model_call, acts.tool_call],
+    )
+    rows: list[dict[str, Any]] = []
+    died: int | None = None
+    async with build_worker(client, acts, b.queue), naive_worker:
+        await measure_ours(b, 1)  # warm-up
+        await measure_naive(b, 1)
+        for n in args.boundaries:
+            rows.append(await measure_ours(b, n))
+            print(f"N={n}: ours {rows[-1]['outcome']} in {rows[-1]['wall_s']:.1f} s", file=sys.stderr)
+            if died is None and n <= args.naive_max:
+                rows.append(await measure_naive(b, n))
+                print(f"N={n}: naive {rows[-1]['outcome']} in {rows[-1]['wall_s']:.1f} s", file=sys.stderr)
+                died = n if rows[-1]["outcome"] != "ok" else None
+    await acts.aclose()
+    return rows
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--boundaries", type=int, nargs="+", default=[10, 50, 200, 1000], metavar="N")
+    parser.add_argument("--file-bytes", type=int, default=20_000, help="size of the file each read returns")
+    parser.add_argument("--naive-max", type=int, default=200, help="run the naive design only up to this N")
+    parser.add_argument(
+        "--server-log", type=Path, help="keep the dev server's log here (default: a temp file)"
+    )
+    parser.add_argument("--json", action="store_true", help="also print one JSON line per N and design")
+    args = parser.parse_args()
+    if min(args.boundaries) < 1 or args.file_bytes < 100:
+        parser.error("--boundaries must be at least 1 and --file-bytes at least 100")
+    args.boundaries = sorted(set(args.boundaries))
+    with tempfile.TemporaryDirectory(prefix="boundary-cost-") as tmp_name:
+        tmp = Path(tmp_name)
+        log: Path | None = None
+        core_log = CoreLog()
+        if os.environ.get("TEMPORAL_ADDRESS"):
+            client = await connect(runtime=core_log.runtime())
+            await ensure_search_attributes(client)
+            server = None
+        else:
+            log = args.server_log or tmp / "server.log"
+            log.unlink(missing_ok=True)
+            port = free_port()
+            server = start_dev_server(port=port, ui_port=free_port(), log_file=log)
+            client = await Client.connect(
+                f"127.0.0.1:{port}", data_converter=pydantic_data_converter, runtime=core_log.runtime()
             )
-            queue = f"bench-{uuid.uuid4().hex[:8]}"
-            async with build_worker(client, AgentActivities(config), queue):
-                await measure(client, queue, workspace, tmp / "exports", 1)  # warm-up
-                rows = [await measure(client, queue, workspace, tmp / "exports", n) for n in args.boundaries]
-        where = os.environ.get("TEMPORAL_ADDRESS") or "dev server (in memory)"
-        print(f"boundary cost: read of a {args.file_bytes}-byte file per boundary; server: {where}")
-        print("history bytes = protobuf ByteSize() of the fetched history\n")
-        print_table(rows)
-        if args.json:
-            print()
-            for row in rows:
-                print(json.dumps({**row, "file_bytes": args.file_bytes}))
-    finally:
-        if env is not None:
-            await env.shutdown()
+        try:
+            rows = await run_all(client, tmp, args)
+        finally:
+            if server is not None:
+                stop_dev_server(server)
+        unattributed = scan_warnings(log, rows) if log is not None else None
+        core_log.count(rows)
+    report(args, rows, unattributed)
+    return 0
+
+
+def report(args: argparse.Namespace, rows: list[dict[str, Any]], unattributed: int | None) -> None:
+    ours = {r["boundaries"]: r for r in rows if r["design"] == "ours"}
+    naive = {r["boundaries"]: r for r in rows if r["design"] == "naive"}
+    died = next((n for n, r in naive.items() if r["outcome"] != "ok"), None)
+    skipped = {
+        n: f"(died at N={died})" if died is not None and n > died else "(above --naive-max)"
+        for n in ours
+        if n not in naive
+    }
+    where = os.environ.get("TEMPORAL_ADDRESS") or "dev server (in memory, log level warn)"
+    chars = max(r["tool_output_chars"] for r in rows)
+    print(f"\nboundary cost: a read of a {args.file_bytes:,}-byte file ({chars:,} characters of tool output) "
+          f"per boundary; server: {where}")  # fmt: skip
+    print("history bytes: protobuf ByteSize() of the fetched history; ratio: history / conversation bytes\n")
+    print_table(args.boundaries, ours, naive, skipped)
+    print_summary(ours, naive, unattributed)
+    if args.json:
+        print()
+        for row in rows:
+            print(json.dumps({**row, "file_bytes": args.file_bytes}))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    exit_process(asyncio.run(main()))

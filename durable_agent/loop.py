@@ -1,21 +1,15 @@
 """The agent loop's state and step logic, as pure functions of what happened.
 
 The workflow feeds it model responses and tool outputs with workflow time; it
-keeps the conversation, the event log and the counters, and builds the
-checkpoint at a tool boundary. Tests drive it without a server.
+keeps the counters and the newest events, and turns what is new at each save
+into the next entry of the run's log (``durable_agent.run_log``). It keeps the
+entries of the current execution too, so the workflow can send them again to
+a store that lost them. Tests drive it without a server.
 """
 
 from __future__ import annotations
 
-from durable_agent.checkpoint import (
-    CheckpointPayload,
-    LoopCheckpoint,
-    RunRecord,
-    RunSnapshot,
-    RunStatus,
-    SessionCheckpointExportV1,
-    SessionSnapshot,
-)
+from durable_agent.checkpoint import LoopCheckpoint, RunStatus
 from durable_agent.models import (
     AgentEvent,
     EndEvent,
@@ -35,43 +29,40 @@ from durable_agent.run_io import (
     CarriedState,
     ExportFailure,
     ExportRef,
+    ExportSeed,
     FinalStatus,
+    FinishRunInput,
     PendingApproval,
     RunPlan,
     RunStatusView,
 )
+from durable_agent.run_log import ExportFacts, LogDelta, LogEntry, LogRef, RunHeader
+
+# How many of its newest events a run carries into its next execution, for followers that lag.
+CARRIED_EVENTS = 64
 
 
 class LoopState:
-    """One run's conversation, events and counters."""
+    """One run's counters, newest events, and the log entries of this execution."""
 
     def __init__(
         self,
         plan: RunPlan,
         now_ms: int,
-        prior_runs: tuple[RunRecord, ...] = (),
         resume: LoopCheckpoint | None = None,
+        prior_run_ids: tuple[str, ...] = (),
     ) -> None:
         """A new run of ``plan``; with ``resume``, one that goes on from that checkpoint's conversation."""
-        self.plan = plan
-        self.prior_runs = prior_runs  # the session's ended runs, for the snapshot
-        self.created_at_ms = now_ms
-        self.updated_at_ms = now_ms
-        self.status: RunStatus = "executing"
+        self._counters(plan, now_ms, prior_run_ids)
         if resume is None:
-            self.messages: list[Message] = [Message(role="user", content=(TextBlock(text=plan.prompt),))]
+            first = [Message(role="user", content=(TextBlock(text=plan.prompt),))]
         else:
-            self.messages = list(resume.messages)
-        self.events: list[EventRecord] = []
+            first = list(resume.messages)
         # a resumed conversation's running total goes on: it is what the conversation cost
         self.usage = resume.total_usage if resume is not None else TokenUsage()
-        self.turn = 0  # completed tool calls, i.e. tool boundaries
-        self.tool_rounds = 0  # model responses that asked for tools
-        self.final_text = ""
-        self.error: str | None = None
-        self.exports: list[ExportRef] = []
-        self.export_failures: list[ExportFailure] = []
-        self.persistence_failures: list[str] = []
+        self._start_log(LogRef(run_id=plan.run_id, version=0), first)
+        self.open_results = _is_results(first[-1]) if first else False
+        self._due_calls = _unanswered(first)
         source = plan.resumed_from
         lineage = (
             f"{source.session_id}/{source.run_id} at turn {source.turn}, {source.content_digest}"
@@ -80,17 +71,50 @@ class LoopState:
         )
         self.emit(RunStartEvent(prompt=plan.prompt, model=plan.model, resumed_from=lineage), now_ms)
 
+    def _counters(self, plan: RunPlan, now_ms: int, prior_run_ids: tuple[str, ...]) -> None:
+        self.plan = plan
+        self.prior_run_ids = prior_run_ids  # the session's ended runs, for the exports' snapshot
+        self.created_at_ms = now_ms
+        self.updated_at_ms = now_ms
+        self.status: RunStatus = "executing"
+        self.usage = TokenUsage()
+        self.turn = 0  # completed tool calls, i.e. tool boundaries
+        self.tool_rounds = 0  # model responses that asked for tools
+        self.final_text = ""
+        self.error: str | None = None
+        self.exports: list[ExportRef] = []
+        self.export_failures: list[ExportFailure] = []
+        self.persistence_failures: list[str] = []
+        self.events: list[EventRecord] = []  # the newest events: this execution's and those carried
+        self.event_count = 0
+        self._due_calls: list[ToolUseBlock] = []
+        self.last_export: ExportSeed | None = None  # the newest export this run delivered
+        self.seed_export: ExportSeed | None = None  # the export that holds this execution's seed
+
+    def _start_log(self, seed: LogRef, messages: list[Message]) -> None:
+        # the log as this execution found it; the store holds it (or the run's last export does)
+        self.seed = seed
+        self.head = seed  # the newest entry
+        self.stored = seed  # the newest entry the store acknowledged
+        self.journal: list[LogEntry] = []  # this execution's entries, oldest first
+        self._new_messages: list[Message] = messages
+        self._new_results: list[ToolResultBlock] = []  # for the last message already in the log
+        self._new_events: list[EventRecord] = []
+
     # --- recording ----------------------------------------------------------
 
     def emit(self, event: AgentEvent, now_ms: int) -> EventRecord:
-        record = EventRecord(sequence=len(self.events) + 1, timestamp_ms=now_ms, event=event)
+        self.event_count += 1
+        record = EventRecord(sequence=self.event_count, timestamp_ms=now_ms, event=event)
         self.events.append(record)
+        self._new_events.append(record)
         self.updated_at_ms = now_ms
         return record
 
     def add_model_response(self, response: ModelResponse, now_ms: int) -> list[ToolUseBlock]:
         """Record the assistant's step; return the tool calls it asks for."""
-        self.messages.append(response.message)
+        self._new_messages.append(response.message)
+        self.open_results = False
         self.usage = self.usage + response.usage
         text = response.message.text()
         if text:
@@ -110,111 +134,161 @@ class LoopState:
         """
         self.emit(ToolEndEvent.of(call.id, call.name, output, is_error), now_ms)
         block = ToolResultBlock(tool_use_id=call.id, content=output, is_error=is_error)
-        last = self.messages[-1]
-        if last.role == "user" and all(isinstance(b, ToolResultBlock) for b in last.content):
-            self.messages[-1] = Message(role="user", content=(*last.content, block))
+        if not self.open_results:
+            self._new_messages.append(Message(role="user", content=(block,)))
+        elif self._new_messages:
+            last = self._new_messages[-1]
+            self._new_messages[-1] = Message(role="user", content=(*last.content, block))
         else:
-            self.messages.append(Message(role="user", content=(block,)))
+            self._new_results.append(block)
+        self.open_results = True
         self.turn += 1
+
+    def pending(self) -> LogDelta:
+        """What is new since the last entry."""
+        return LogDelta(
+            extend_last=tuple(self._new_results),
+            messages=tuple(self._new_messages),
+            events=tuple(self._new_events),
+        )
+
+    def take_entry(self) -> LogEntry | None:
+        """Turn what is new into the log's next entry (``None`` when nothing is)."""
+        delta = self.pending()
+        if delta.is_empty():
+            return None
+        entry = LogEntry.after(self.head, delta)
+        self.journal.append(entry)
+        self.head = entry.ref(self.plan.run_id)
+        self._new_messages, self._new_results, self._new_events = [], [], []
+        return entry
+
+    def unstored(self) -> list[LogEntry]:
+        """Entries the store has not acknowledged (normally just the newest)."""
+        return [e for e in self.journal if e.version > self.stored.version]
+
+    def entries_after(self, head: LogRef | None) -> list[LogEntry] | None:
+        """What a store whose log ends at ``head`` lacks, or ``None`` when this execution's
+        entries cannot bring it up to date (it lacks the state the execution started from)."""
+        if head is not None and head.version <= self.head.version:
+            if head == self.seed:
+                return list(self.journal)
+            for index, entry in enumerate(self.journal):
+                if entry.version == head.version and entry.digest == head.digest:
+                    return self.journal[index + 1 :]
+        if self.seed.version == 0 or (self.journal and self.journal[0].delta.replace):
+            return list(self.journal)
+        return None
+
+    # --- continuing as new ----------------------------------------------------
 
     @classmethod
     def restore(cls, carried: CarriedState) -> LoopState:
         """The state a run carried into this execution when it continued as new."""
         state = cls.__new__(cls)
-        state.plan = carried.plan
-        state.prior_runs = carried.prior_runs
-        state.created_at_ms = carried.created_at_ms
+        plan = carried.plan
+        legacy_ids = tuple(r.snapshot.id for r in carried.prior_runs)
+        state._counters(plan, carried.created_at_ms, carried.prior_run_ids or legacy_ids)
         state.updated_at_ms = carried.events[-1].timestamp_ms if carried.events else carried.created_at_ms
-        state.status = "executing"
-        state.messages = list(carried.messages)
-        state.events = list(carried.events)
         state.usage = carried.usage
         state.turn = carried.turn
         state.tool_rounds = carried.tool_rounds
-        state.final_text = ""
-        state.error = None
         state.exports = list(carried.exports)
         state.export_failures = list(carried.export_failures)
         state.persistence_failures = list(carried.persistence_failures)
+        state.events = list(carried.events)
+        state.event_count = carried.event_count if carried.event_count is not None else len(carried.events)
+        state.last_export = state.seed_export = carried.seed
+        state.open_results = carried.open_results
+        if carried.log is not None:
+            state._start_log(carried.log, [])
+            state._new_events = list(carried.pending_events)
+        else:
+            # a run recorded before linear history carried its whole state: it is this execution's seed
+            genesis = LogRef(run_id=plan.run_id, version=0)
+            state._start_log(genesis, [])
+            whole = LogDelta(replace=True, messages=carried.messages, events=carried.events)
+            state.journal.append(LogEntry.after(genesis, whole))
+            state.head = state.journal[0].ref(plan.run_id)
+            state.open_results = bool(carried.messages) and _is_results(carried.messages[-1])
         return state
 
     def carry(self, executions: int) -> CarriedState:
-        """What the next execution needs to go on as this run."""
+        """What the next execution needs to go on as this run: references, not the conversation."""
+        assert self.can_carry()
         return CarriedState(
             plan=self.plan,
             created_at_ms=self.created_at_ms,
             turn=self.turn,
             tool_rounds=self.tool_rounds,
             usage=self.usage,
-            messages=tuple(self.messages),
-            events=tuple(self.events),
+            events=tuple(self.events[-CARRIED_EVENTS:]),
             exports=tuple(self.exports),
             export_failures=tuple(self.export_failures),
             persistence_failures=tuple(self.persistence_failures),
-            prior_runs=self.prior_runs,
             executions=executions,
+            log=self.head,
+            seed=self.last_export if self.last_export and self.last_export.log == self.head else None,
+            event_count=self.event_count,
+            pending_events=tuple(self._new_events),
+            open_results=self.open_results,
+            prior_run_ids=self.prior_run_ids,
         )
 
+    def can_carry(self) -> bool:
+        """Whether the store holds every entry, so the next execution can start from a reference."""
+        return self.stored == self.head and not self._new_messages and not self._new_results
+
     def pending_calls(self) -> list[ToolUseBlock]:
-        """Tool calls of the last model step that have no result yet (a resume mid-step)."""
-        for index in range(len(self.messages) - 1, -1, -1):
-            message = self.messages[index]
-            if message.role == "assistant":
-                answered = {
-                    block.tool_use_id
-                    for later in self.messages[index + 1 :]
-                    for block in later.content
-                    if isinstance(block, ToolResultBlock)
-                }
-                return [call for call in message.tool_uses() if call.id not in answered]
-        return []
+        """Tool calls of the last model step that have no result yet (a run resumed mid-step)."""
+        return list(self._due_calls)
 
     def finish(self, status: FinalStatus, now_ms: int, error: str | None = None) -> None:
         self.status = status
         self.error = error
         self.emit(EndEvent(status=status, text=self.final_text, usage=self.usage), now_ms)
 
-    # --- views ----------------------------------------------------------------
+    # --- what activities are given ----------------------------------------------
 
-    def snapshot(self) -> RunSnapshot:
-        return RunSnapshot(
-            id=self.plan.run_id,
-            session_id=self.plan.session_id,
-            status=self.status,
-            prompt=self.plan.prompt,
-            capability_binding=self.plan.capability_binding,
+    def header(self) -> RunHeader:
+        plan = self.plan
+        return RunHeader(
+            session_id=plan.session_id,
+            run_id=plan.run_id,
+            prompt=plan.prompt,
             created_at_ms=self.created_at_ms,
+            capability_binding=plan.capability_binding,
+            system_prompt=plan.system_prompt,
+            tools=tuple(plan.definitions()),
+            resumed_from=plan.resumed_from,
+            prior_run_ids=self.prior_run_ids,
+        )
+
+    def export_facts(self, now_ms: int) -> ExportFacts:
+        return ExportFacts(
+            turn=self.turn, checkpoint_ms=now_ms, updated_at_ms=self.updated_at_ms, usage=self.usage
+        )
+
+    def finish_input(self) -> FinishRunInput:
+        """The end of the run, on top of what the store holds: the events it lacks."""
+        unstored = [r for e in self.unstored() for r in e.delta.events]
+        return FinishRunInput(
+            log=self.stored,
+            events=(*unstored, *self._new_events),
+            status=self.status,
             updated_at_ms=self.updated_at_ms,
-            event_count=len(self.events),
             result_text=self.final_text or None,
             error=self.error,
-            resumed_from=self.plan.resumed_from,
         )
 
-    def run_record(self) -> RunRecord:
-        return RunRecord(snapshot=self.snapshot(), events=tuple(self.events))
+    # --- views ----------------------------------------------------------------
 
-    def loop_checkpoint(self, now_ms: int) -> LoopCheckpoint:
-        return LoopCheckpoint(
-            session_id=self.plan.session_id,
-            run_id=self.plan.run_id,
-            turn=self.turn,
-            messages=tuple(self.messages),
-            capability_binding=self.plan.capability_binding,
-            total_usage=self.usage,
-            tool_calls_count=self.turn,
-            checkpoint_ms=now_ms,
-        )
-
-    def checkpoint_export(self, now_ms: int) -> SessionCheckpointExportV1:
-        """The boundary's export; the same state and time always give the same bytes."""
-        payload = CheckpointPayload(
-            logical_resume=self.loop_checkpoint(now_ms),
-            snapshot=SessionSnapshot(
-                session_id=self.plan.session_id, run_records=(*self.prior_runs, self.run_record())
-            ),
-        )
-        return SessionCheckpointExportV1.build(payload)
+    def events_after(self, sequence: int) -> list[EventRecord]:
+        """The events with a sequence above ``sequence`` that this execution holds."""
+        if not self.events:
+            return []
+        start = max(0, sequence - self.events[0].sequence + 1)
+        return self.events[start:]
 
     def status_view(
         self, cancel_requested: bool, pending_approvals: tuple[PendingApproval, ...] = ()
@@ -250,3 +324,22 @@ class LoopState:
             export_failures=tuple(self.export_failures),
             persistence_failures=tuple(self.persistence_failures),
         )
+
+
+def _is_results(message: Message) -> bool:
+    return message.role == "user" and all(isinstance(b, ToolResultBlock) for b in message.content)
+
+
+def _unanswered(messages: list[Message]) -> list[ToolUseBlock]:
+    """The calls of the last assistant message that no later message answers."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == "assistant":
+            answered = {
+                block.tool_use_id
+                for later in messages[index + 1 :]
+                for block in later.content
+                if isinstance(block, ToolResultBlock)
+            }
+            return [call for call in message.tool_uses() if call.id not in answered]
+    return []

@@ -13,15 +13,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from durable_agent.checkpoint import (
     CapabilityBinding,
     CheckpointPayload,
+    ExportDescriptor,
     ExportError,
-    LoopCheckpoint,
     ResumedFrom,
     RunRecord,
+    RunStatus,
     SessionCheckpointExportV1,
     open_export,
 )
 from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolDefinition
 from durable_agent.permissions import PermissionPolicy
+from durable_agent.run_log import ExportFacts, LogDelta, LogEntry, LogRef, RunHeader, StagedText
 from durable_agent.tool_specs import ToolOffer
 
 WORKFLOW_TYPE = "AgentRun"
@@ -105,21 +107,25 @@ class Timeouts(Frozen):
 
 
 class Limits(Frozen):
-    """Where a run stops cleanly instead of jamming on a Temporal limit.
+    """When a run continues as new, and where it stops cleanly instead of being terminated.
 
-    A payload over the server's blob limit (2 MB by default) fails the workflow
-    task again and again; a history past 50 MB is terminated. Until histories
-    grow linearly with the run, a run that nears either ends ``failed`` with a
-    clear reason, its exports so far delivered.
+    A run's history grows with what is new at each step (its conversation
+    enters the history once), and it continues as new at a tool boundary, so
+    a run of any length stays far below Temporal's 50 MB / 51,200-event
+    limits. The ``max_history_*`` limits are the safety net for one step that
+    alone would pass them: the run ends ``failed`` with the reason, its
+    exports so far delivered.
     """
 
-    max_checkpoint_bytes: int = Field(1_500_000, ge=10_000)
     max_history_bytes: int = Field(40_000_000, ge=10_000)
     max_history_events: int = Field(40_000, ge=100)
     # At a tool boundary, once its export is acknowledged, the run continues as new
     # (a fresh history, the same run) when Temporal suggests it or past either of these.
     continue_as_new_events: int = Field(10_000, ge=50)
     continue_as_new_bytes: int = Field(10_000_000, ge=10_000)
+    # No longer used (an export no longer passes through Temporal); accepted so that
+    # runs recorded with it replay and old configs load.
+    max_checkpoint_bytes: int | None = Field(None, deprecated="exports no longer pass through Temporal")
 
 
 class ResolveInput(Frozen):
@@ -154,6 +160,8 @@ class RunPlan(Frozen):
 
 
 class ModelCallInput(Frozen):
+    """One model step as a provider sees it: the whole conversation (never an activity input)."""
+
     run_id: str
     model: str
     system_prompt: str
@@ -174,8 +182,48 @@ class ToolOutput(Frozen):
     is_error: bool = False
 
 
+class ModelStepInput(Frozen):
+    """The model activity's input: the conversation is the run's log at ``log``, plus ``pending``."""
+
+    run_id: str
+    model: str
+    log: LogRef
+    pending: LogDelta = LogDelta()
+
+
+class OpenRunInput(Frozen):
+    """Start a run's log: its header (the store adds the session's ended runs) and first entry."""
+
+    header: RunHeader
+    seed: LogEntry
+
+
+class RunOpened(Frozen):
+    prior_run_ids: tuple[str, ...] = ()
+
+
+class ExportSeed(Frozen):
+    """A run's last export, which holds its log at ``log``: where a continued run's
+    starting state is, should the store have lost it."""
+
+    sink: str
+    descriptor: ExportDescriptor
+    log: LogRef
+
+
 class SaveCheckpointInput(Frozen):
-    checkpoint: LoopCheckpoint
+    """Append ``entries`` to the run's log.
+
+    A long tool output in the last entry is left empty there and named in
+    ``staged``: the tool activity put it in the store. ``header`` and
+    ``seed`` come with a restore, when the store had lost the run.
+    """
+
+    run_id: str
+    entries: tuple[LogEntry, ...]
+    staged: tuple[StagedText, ...] = ()
+    header: RunHeader | None = None
+    seed: ExportSeed | None = None
 
 
 class LoadSessionInput(Frozen):
@@ -190,14 +238,22 @@ class SessionRuns(Frozen):
 
 
 class FinishRunInput(Frozen):
-    """The run's final record; the store keeps it and drops the run's checkpoint."""
+    """The run's end: the store keeps its record (its log's events plus ``events``) and drops its log."""
 
-    record: RunRecord
+    log: LogRef
+    events: tuple[EventRecord, ...]
+    status: RunStatus
+    updated_at_ms: int
+    result_text: str | None = None
+    error: str | None = None
 
 
 class ExportInput(Frozen):
+    """Build the boundary's export from the run's log at ``log`` and hand it to ``sink``."""
+
     sink: str
-    export: SessionCheckpointExportV1
+    log: LogRef
+    facts: ExportFacts
 
 
 class ExportRef(Frozen):
@@ -276,14 +332,16 @@ ACTIVITY_SAVE_CHECKPOINT = "agent.save_checkpoint"
 ACTIVITY_LOAD_SESSION = "agent.load_session"
 ACTIVITY_FINISH_RUN = "agent.finish_run"
 ACTIVITY_EXPORT = "agent.export_checkpoint"
+ACTIVITY_OPEN_RUN = "agent.open_run"
 
 
 class CarriedState(Frozen):
     """What a run hands to its next execution when it continues as new.
 
-    The logical checkpoint it just exported plus the run's own counters: the
-    next execution keeps the run id, the turn numbers, the event sequence and
-    the export series.
+    A reference to the state it just saved and exported (``log``, ``seed``),
+    never the state itself, plus the run's own counters: the next execution
+    keeps the run id, the turn numbers, the event sequence and the export
+    series. ``events`` is the newest events only, for followers that lag.
     """
 
     plan: RunPlan
@@ -291,13 +349,20 @@ class CarriedState(Frozen):
     turn: int
     tool_rounds: int
     usage: TokenUsage
-    messages: tuple[Message, ...]
     events: tuple[EventRecord, ...]
     exports: tuple[ExportRef, ...]
     export_failures: tuple[ExportFailure, ...]
     persistence_failures: tuple[str, ...]
-    prior_runs: tuple[RunRecord, ...]
     executions: int  # how many times the run has continued as new, this one included
+    log: LogRef | None = None
+    seed: ExportSeed | None = None
+    event_count: int | None = None  # None: ``events`` is every event
+    pending_events: tuple[EventRecord, ...] = ()  # emitted after the last save
+    open_results: bool = False  # the last message holds tool results that more may join
+    prior_run_ids: tuple[str, ...] = ()
+    # Carried whole by runs recorded before linear history; replayed, never written.
+    messages: tuple[Message, ...] = ()
+    prior_runs: tuple[RunRecord, ...] = ()
 
 
 AgentRunInput.model_rebuild()

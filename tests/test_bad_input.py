@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import Payload
+from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import Client, WorkflowFailureError
 
 from activities import AgentActivities
+from durable_agent.canonical import canonical_bytes
 from durable_agent.models import PermissionDeniedEvent, ToolEndEvent
 from durable_agent.run_io import WORKFLOW_TYPE, AgentRunResult
 from tests.helpers import RecordingSink, final, read_call, running_worker, scripted_config, start, tool_call
@@ -147,27 +150,41 @@ async def test_max_tool_rounds_ends_the_run_failed(client: Client, tmp_path: Pat
     assert result.tool_calls_count == 2
 
 
-async def test_a_checkpoint_too_large_for_temporal_ends_the_run_cleanly(
+async def test_a_conversation_larger_than_a_temporal_payload_goes_on_and_enters_history_once(
     client: Client, tmp_path: Path
 ) -> None:
+    # 25 reads of 100 KB: a 2.5 MB conversation, past the 2 MB a payload may hold
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "small.txt").write_text("small\n")
-    (ws / "big.txt").write_text(("x" * 99 + "\n") * 300)
-    config = scripted_config(
-        tmp_path,
-        [read_call("r1", "small.txt"), read_call("r2", "big.txt"), final("never")],
-        limits={"max_checkpoint_bytes": 20_000},
+    (ws / "big.txt").write_text(
+        "".join(f"{i:06d} {'lorem ipsum dolor sit amet ' * 3}\n" for i in range(1200))
     )
+    reads = [read_call(f"r{i}", "big.txt") for i in range(25)]
+    config = scripted_config(tmp_path, [*reads, final("read it all")])
     sink = RecordingSink()
     async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
-        result = await (await start(client, queue, ws)).result()
-    assert result.status == "failed"
-    assert "checkpoint at turn 2" in (result.error or "") and "max_checkpoint_bytes=20000" in (
-        result.error or ""
+        handle = await start(client, queue, ws, max_tool_rounds=30)
+        result = await handle.result()
+    assert result.status == "completed" and result.text == "read it all", result
+    assert [e.turn for e in result.exports] == list(range(1, 26))
+    conversation = len(
+        canonical_bytes([m.model_dump(mode="json") for m in sink.exports[-1].open().logical_resume.messages])
     )
-    assert [e.turn for e in result.exports] == [1]  # what was exported stays exported
-    assert result.tool_calls_count == 2
+    assert conversation > 2_500_000
+    history = await handle.fetch_history()
+    payloads = [len(p.data) for e in history.events for p in payloads_of(e)]
+    assert max(payloads) < 150_000  # one tool output at most, never the conversation
+    # each tool output enters the history once: its tool call's result (the save names it by digest)
+    assert History(events=history.events).ByteSize() < 1.3 * conversation
+
+
+def payloads_of(event: HistoryEvent) -> list[Payload]:
+    """The payloads of an activity's input and result."""
+    if event.HasField("activity_task_scheduled_event_attributes"):
+        return list(event.activity_task_scheduled_event_attributes.input.payloads)
+    if event.HasField("activity_task_completed_event_attributes"):
+        return list(event.activity_task_completed_event_attributes.result.payloads)
+    return []
 
 
 async def test_a_history_near_temporal_limits_ends_the_run_cleanly(client: Client, tmp_path: Path) -> None:

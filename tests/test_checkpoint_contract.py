@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from activities.sinks import FilesystemExportSink, read_export_file
-from activities.store import FilesystemSessionStore
 from durable_agent.canonical import canonical_bytes, digest_of, sha256_digest
 from durable_agent.checkpoint import (
     CheckpointPayload,
@@ -24,6 +23,7 @@ from durable_agent.loop import LoopState
 from durable_agent.models import Message, ModelResponse, TextBlock, TokenUsage, ToolUseBlock
 from durable_agent.permissions import PermissionPolicy
 from durable_agent.run_io import RunPlan
+from durable_agent.run_log import RunLog, build_export
 from durable_agent.tool_specs import BUILTIN_TOOLS, capability_binding
 
 
@@ -57,9 +57,17 @@ def state_at_boundary(turns: int = 1) -> LoopState:
     return state
 
 
+def export_at(state: LoopState, now_ms: int) -> SessionCheckpointExportV1:
+    """The export an activity builds from the store's copy of ``state``'s log."""
+    state.take_entry()
+    log = RunLog(state.plan.run_id)
+    log.apply_all(state.journal)
+    return build_export(state.header(), log, [], state.export_facts(now_ms))
+
+
 def test_the_same_boundary_always_gives_the_same_bytes() -> None:
-    a = state_at_boundary().checkpoint_export(5_000)
-    b = state_at_boundary().checkpoint_export(5_000)
+    a = export_at(state_at_boundary(), 5_000)
+    b = export_at(state_at_boundary(), 5_000)
     assert a == b
     content = a.content.encode()
     assert a.descriptor.content_digest == "sha256:" + hashlib.sha256(content).hexdigest()
@@ -71,8 +79,8 @@ def test_the_same_boundary_always_gives_the_same_bytes() -> None:
 
 
 def test_successive_boundaries_differ_and_grow() -> None:
-    one = state_at_boundary(1).checkpoint_export(5_000)
-    two = state_at_boundary(2).checkpoint_export(5_000)
+    one = export_at(state_at_boundary(1), 5_000)
+    two = export_at(state_at_boundary(2), 5_000)
     assert one.descriptor.content_digest != two.descriptor.content_digest
     assert one.descriptor.snapshot_digest != two.descriptor.snapshot_digest
     assert two.open().source_run().snapshot.event_count > one.open().source_run().snapshot.event_count
@@ -86,7 +94,7 @@ def _tampered(export: SessionCheckpointExportV1, **changes: object) -> SessionCh
 
 
 def test_opening_refuses_every_kind_of_tampering() -> None:
-    good = state_at_boundary().checkpoint_export(5_000)
+    good = export_at(state_at_boundary(), 5_000)
     d = good.descriptor
     # a changed byte of content
     with pytest.raises(ContentDrift):
@@ -133,7 +141,7 @@ def _with_digests(good: SessionCheckpointExportV1, content: str) -> SessionCheck
 
 
 def test_building_refuses_an_inconsistent_payload() -> None:
-    payload = state_at_boundary().checkpoint_export(5_000).open()
+    payload = export_at(state_at_boundary(), 5_000).open()
     bad = CheckpointPayload(
         logical_resume=payload.logical_resume.model_copy(update={"turn": 0}), snapshot=payload.snapshot
     )
@@ -143,7 +151,7 @@ def test_building_refuses_an_inconsistent_payload() -> None:
 
 async def test_filesystem_sink_orders_files_and_dedupes_by_digest(tmp_path: Path) -> None:
     sink = FilesystemExportSink(tmp_path)
-    exports = [state_at_boundary(n).checkpoint_export(5_000) for n in (1, 2, 10)]
+    exports = [export_at(state_at_boundary(n), 5_000) for n in (1, 2, 10)]
     for e in [exports[2], exports[0], exports[1], exports[0]]:
         await sink.deliver(e)
     files = sorted(tmp_path.rglob("*.json"))
@@ -159,17 +167,6 @@ async def test_filesystem_sink_orders_files_and_dedupes_by_digest(tmp_path: Path
     assert not list(tmp_path.rglob("*.tmp"))
 
 
-async def test_filesystem_store_round_trips_and_deletes(tmp_path: Path) -> None:
-    store = FilesystemSessionStore(tmp_path)
-    checkpoint = state_at_boundary().loop_checkpoint(5_000)
-    await store.save_loop_checkpoint(checkpoint)
-    again = FilesystemSessionStore(tmp_path)  # a new worker process finds it
-    assert await again.load_loop_checkpoint("run-1") == checkpoint
-    await again.delete_loop_checkpoint("run-1")
-    assert await store.load_loop_checkpoint("run-1") is None
-    await store.delete_loop_checkpoint("run-1")  # deleting twice is harmless
-
-
 def test_text_and_tool_results_shape_the_conversation() -> None:
     state = LoopState(plan(), now_ms=0)
     calls = (
@@ -180,7 +177,7 @@ def test_text_and_tool_results_shape_the_conversation() -> None:
     assert state.add_model_response(response, 1) == list(calls)
     state.add_tool_result(calls[0], "x", False, 2)
     state.add_tool_result(calls[1], "boom", True, 3)
-    last = state.messages[-1]
+    last = state.pending().messages[-1]
     assert last.role == "user" and [b.tool_use_id for b in last.content] == ["a", "b"]  # type: ignore[union-attr]
     assert state.turn == 2 and state.tool_rounds == 1
     assert [e.event.type for e in state.events] == ["run_start", "text_delta", "tool_end", "tool_end"]

@@ -97,6 +97,7 @@ async def test_a_resume_between_two_calls_of_one_step_makes_the_remaining_call_f
         result = await handle.result()
     assert result.status == "completed" and result.text == "both read"
     assert len(model.seen) == 1  # no model call before r2 ran
+    assert sink.exports, result
     events = [r.event for r in sink.exports[0].open().source_run().events]
     assert [e.id for e in events if isinstance(e, ToolEndEvent)] == ["r2"]
     [last_tool_results] = [m for m in model.seen[0] if m.role == "user"][-1:]

@@ -19,6 +19,7 @@ from durable_agent.models import (
     ToolResultBlock,
 )
 from durable_agent.run_io import AgentRunResult, RunStatusView
+from durable_agent.run_log import RunLog
 from tests.helpers import (
     BlockingSink,
     RecordingProvider,
@@ -124,9 +125,10 @@ async def test_session_store_and_host_export_observe_the_same_live_boundary(
         handle = await start(client, queue, ws, session_id="dual-sink-session")
         await asyncio.wait_for(sink.entered.acquire(), timeout=10)
         exported = sink.exports[-1].open().logical_resume
-        stored = await activities.store.load_loop_checkpoint(exported.run_id)
-        assert stored is not None, "the logical store write must precede host export acknowledgement"
-        assert stored.model_dump(mode="json") == exported.model_dump(mode="json")
+        stored = RunLog(exported.run_id)
+        stored.apply_all(await activities.store.read_log(exported.run_id, 0, 1_000_000))
+        assert stored.version > 0, "the logical store write must precede host export acknowledgement"
+        assert stored.messages == list(exported.messages)
         # the loop waits for the sink: the model has not been asked again
         await asyncio.sleep(0.5)
         assert provider.calls == 1
@@ -136,7 +138,7 @@ async def test_session_store_and_host_export_observe_the_same_live_boundary(
         result = await handle.result()
     assert result.text == "boundary export complete"
     assert provider.calls == 2
-    assert await activities.store.load_loop_checkpoint(exported.run_id) is None
+    assert await activities.store.log_head(exported.run_id) is None
 
 
 async def test_checkpoint_export_failure_is_observable_but_does_not_halt_the_live_run(

@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         ApprovalAnswer,
         ApprovalDecision,
         FinalStatus,
-        ModelCallInput,
+        ModelStepInput,
         PendingApproval,
         RunStatusView,
         ToolCallInput,
@@ -108,7 +108,7 @@ class AgentRun(RunBase):
         """The run's events with a sequence above ``after_sequence``, for followers."""
         if self._state is None:
             return []
-        return self._state.events[after_sequence:]
+        return self._state.events_after(after_sequence)
 
     # --- the run ------------------------------------------------------------
 
@@ -169,30 +169,28 @@ class AgentRun(RunBase):
             output = await self._tool_step(state, call)
             state.add_tool_result(call, output.content, output.is_error, now_ms())
             await self._boundary(state)
-            if self._should_continue_as_new(state.plan):
+            if self._should_continue_as_new(state):
                 await self._continue_as_new(state)
         state.emit(TurnEndEvent(turn=state.turn, usage=state.usage), now_ms())
 
     async def _model_step(self, state: LoopState) -> ModelResponse:
         plan = state.plan
         self._details(f"asking {plan.model}")
+        pending = state.pending().model_copy(update={"events": ()})  # the model reads no events
         try:
-            return await self._activity(
-                ACTIVITY_MODEL,
-                ModelCallInput(
-                    run_id=plan.run_id,
-                    model=plan.model,
-                    system_prompt=plan.system_prompt,
-                    messages=tuple(state.messages),
-                    tools=tuple(plan.definitions()),
-                ),
-                ModelResponse,
-                summary=f"model {plan.model} (step {state.tool_rounds + 1})",
-                timeout=plan.timeouts.model_seconds,
-                retry=RetryPolicy(
-                    initial_interval=timedelta(seconds=2),
-                    maximum_interval=timedelta(seconds=60),
-                    maximum_attempts=8,
+            return await self._reading_log(
+                state,
+                lambda: self._activity(
+                    ACTIVITY_MODEL,
+                    ModelStepInput(run_id=plan.run_id, model=plan.model, log=state.head, pending=pending),
+                    ModelResponse,
+                    summary=f"model {plan.model} (step {state.tool_rounds + 1})",
+                    timeout=plan.timeouts.model_seconds,
+                    retry=RetryPolicy(
+                        initial_interval=timedelta(seconds=2),
+                        maximum_interval=timedelta(seconds=60),
+                        maximum_attempts=8,
+                    ),
                 ),
             )
         except ActivityError as exc:

@@ -8,8 +8,9 @@ is the only class that uses ``RunBase``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -18,7 +19,14 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from workflows.approvals import ApprovalBook
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.checkpoint import CheckpointPayload, ResumedFrom, RunRecord, binding_differences
+    from durable_agent.canonical import canonical_bytes
+    from durable_agent.checkpoint import (
+        CheckpointPayload,
+        ExportDescriptor,
+        ResumedFrom,
+        RunRecord,
+        binding_differences,
+    )
     from durable_agent.loop import LoopState
     from durable_agent.models import (
         CheckpointExportedEvent,
@@ -31,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_EXPORT,
         ACTIVITY_FINISH_RUN,
         ACTIVITY_LOAD_SESSION,
+        ACTIVITY_OPEN_RUN,
         ACTIVITY_RESOLVE,
         ACTIVITY_SAVE_CHECKPOINT,
         SA_RUN_STATUS,
@@ -40,13 +49,16 @@ with workflow.unsafe.imports_passed_through():
         ExportFailure,
         ExportInput,
         ExportRef,
-        FinishRunInput,
+        ExportSeed,
         LoadSessionInput,
+        OpenRunInput,
         ResolveInput,
+        RunOpened,
         RunPlan,
         SaveCheckpointInput,
         SessionRuns,
     )
+    from durable_agent.run_log import STATE_MISSING, LogEntry, LogRef
 
 
 T = TypeVar("T")
@@ -57,6 +69,11 @@ RUN_STATUS_KEY = SearchAttributeKey.for_keyword(SA_RUN_STATUS)
 _WAIT = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 TEMPORAL_CANCEL_REASON = "cancelled by a Temporal cancel request"
 AWAITING_APPROVAL = "awaiting_approval"
+# Runs started before linear history loaded their session instead of opening a log; their
+# histories replay through the branch this patch id guards.
+PATCH_LINEAR_HISTORY = "linear-history"
+# A restore sends a run's entries in batches of about this many bytes (a payload may hold 2 MB).
+RESTORE_BATCH_BYTES = 1_000_000
 
 
 class RunCancelled(Exception):
@@ -65,6 +82,14 @@ class RunCancelled(Exception):
 
 class RunFailed(Exception):
     """A run error: the run ends ``failed`` with this message, recorded on the run."""
+
+
+def _detail(exc: ActivityError) -> str | None:
+    """The first detail of the failure, where an activity put one (an export's digest)."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], str):
+        return cause.details[0]
+    return None
 
 
 def now_ms() -> int:
@@ -83,6 +108,29 @@ def failure_message(exc: BaseException) -> str:
 
 def call_summary(call: ToolUseBlock, target: str | None) -> str:
     return f"{call.name} {target}" if target else call.name
+
+
+def missing_state(exc: ActivityError) -> tuple[bool, LogRef | None]:
+    """Whether the activity did not find the run's log state, and what the store holds instead."""
+    cause = exc.cause
+    if not isinstance(cause, ApplicationError) or cause.type != STATE_MISSING:
+        return False, None
+    head = cause.details[0] if cause.details else None
+    return True, LogRef.model_validate(head) if head is not None else None
+
+
+def batches(entries: list[LogEntry], limit: int = RESTORE_BATCH_BYTES) -> list[list[LogEntry]]:
+    """``entries`` in order, cut into runs of about ``limit`` bytes (at least one entry each)."""
+    out: list[list[LogEntry]] = [[]]
+    size = 0
+    for entry in entries:
+        n = len(canonical_bytes(entry))
+        if out[-1] and size + n > limit:
+            out.append([])
+            size = 0
+        out[-1].append(entry)
+        size += n
+    return out
 
 
 class RunBase:
@@ -117,13 +165,36 @@ class RunBase:
         plan = await self._resolve(run_input, resume)
         if resume is not None and not run_input.force_resume:
             self._check_binding(resume, plan)
-        prior_runs, load_failure = await self._session_runs(plan)
         logical = resume.logical_resume if resume is not None else None
-        state = self._state = LoopState(plan, now_ms(), prior_runs, logical)
-        if load_failure:
-            state.persistence_failures.append(f"load session failed: {load_failure}")
-            state.emit(PersistenceFailedEvent(turn=0, operation="load", reason=load_failure), now_ms())
+        if not workflow.patched(PATCH_LINEAR_HISTORY):
+            prior_runs, load_failure = await self._session_runs(plan)
+            state = self._state = LoopState(plan, now_ms(), logical, tuple(r.snapshot.id for r in prior_runs))
+            if load_failure:
+                self._persistence_failed(state, "load", load_failure)
+            return state
+        state = self._state = LoopState(plan, now_ms(), logical)
+        await self._open_run(state)
         return state
+
+    async def _open_run(self, state: LoopState) -> None:
+        """Write the run's header and first log entry; the store names the session's ended runs."""
+        seed = state.take_entry()
+        assert seed is not None
+        try:
+            opened = await self._activity(
+                ACTIVITY_OPEN_RUN,
+                OpenRunInput(header=state.header(), seed=seed),
+                RunOpened,
+                summary=f"open run log in session {state.plan.session_id}",
+                timeout=state.plan.timeouts.checkpoint_seconds,
+                retry=RetryPolicy(maximum_attempts=5),
+            )
+        except ActivityError as exc:
+            # the first save sends the log again, from its start
+            self._persistence_failed(state, "save", f"open run: {failure_message(exc)}")
+            return
+        state.prior_run_ids = opened.prior_run_ids
+        state.stored = state.head
 
     def _continued(self, carried: CarriedState) -> LoopState:
         """The same run, in the execution it continued as new into."""
@@ -136,9 +207,10 @@ class RunBase:
         self._details(f"continued as new (execution {carried.executions + 1}) at turn {carried.turn}")
         return state
 
-    def _should_continue_as_new(self, plan: RunPlan) -> bool:
-        info = workflow.info()
-        return (
+    def _should_continue_as_new(self, state: LoopState) -> bool:
+        info, plan = workflow.info(), state.plan
+        # the next execution starts from a reference to the store's copy: it must hold everything
+        return state.can_carry() and (
             info.is_continue_as_new_suggested()
             or info.get_current_history_length() > plan.limits.continue_as_new_events
             or info.get_current_history_size() > plan.limits.continue_as_new_bytes
@@ -205,49 +277,113 @@ class RunBase:
             self._refuse(failure_message(exc))
 
     async def _boundary(self, state: LoopState) -> None:
-        """Save the logical checkpoint, then wait for the sink to acknowledge the export."""
+        """Save what is new to the run's log, then wait for the sink to acknowledge the export."""
         plan, turn = state.plan, state.turn
-        now = now_ms()
-        export = state.checkpoint_export(now)
-        digest = export.descriptor.content_digest
-        if export.descriptor.size_bytes > plan.limits.max_checkpoint_bytes:
-            message = (
-                f"the checkpoint at turn {turn} is {export.descriptor.size_bytes} bytes, over "
-                f"limits.max_checkpoint_bytes={plan.limits.max_checkpoint_bytes}: it cannot pass "
-                "through Temporal as one payload, so the run stops here"
-            )
-            state.emit(ErrorEvent(message=message), now_ms())
-            raise RunFailed(message)
+        state.take_entry()
+        await self._save(state)
+        self._details(f"exporting turn {turn}")
+        sent = state.head
+        facts = state.export_facts(now_ms())
         try:
-            await self._activity(
-                ACTIVITY_SAVE_CHECKPOINT,
-                SaveCheckpointInput(checkpoint=state.loop_checkpoint(now)),
-                None,
-                summary=f"save checkpoint turn {turn}",
-                timeout=plan.timeouts.checkpoint_seconds,
-                retry=RetryPolicy(maximum_attempts=5),
+            descriptor: ExportDescriptor | None = await self._reading_log(
+                state,
+                lambda: self._activity(
+                    ACTIVITY_EXPORT,
+                    ExportInput(sink=plan.export_sink, log=sent, facts=facts),
+                    # None: recorded before exports were built from the log
+                    cast(Any, ExportDescriptor | None),
+                    summary=f"export turn {turn}",
+                    timeout=plan.timeouts.checkpoint_seconds,
+                    retry=RetryPolicy(maximum_attempts=plan.timeouts.export_max_attempts),
+                ),
             )
         except ActivityError as exc:
             reason = failure_message(exc)
-            state.persistence_failures.append(f"turn {turn}: save failed: {reason}")
-            state.emit(PersistenceFailedEvent(turn=turn, operation="save", reason=reason), now_ms())
-        self._details(f"exporting turn {turn} `{digest[:19]}…`")
-        try:
-            await self._activity(
-                ACTIVITY_EXPORT,
-                ExportInput(sink=plan.export_sink, export=export),
-                None,
-                summary=f"export turn {turn} {digest[:19]}…",
-                timeout=plan.timeouts.checkpoint_seconds,
-                retry=RetryPolicy(maximum_attempts=plan.timeouts.export_max_attempts),
-            )
-        except ActivityError as exc:
-            reason = failure_message(exc)
+            digest = _detail(exc) or ""
             state.export_failures.append(ExportFailure(turn=turn, content_digest=digest, reason=reason))
             state.emit(CheckpointExportFailedEvent(turn=turn, content_digest=digest, reason=reason), now_ms())
             return
+        digest = descriptor.content_digest if descriptor is not None else ""
+        if descriptor is not None:
+            state.last_export = ExportSeed(sink=plan.export_sink, descriptor=descriptor, log=sent)
         state.exports.append(ExportRef(turn=turn, content_digest=digest))
         state.emit(CheckpointExportedEvent(turn=turn, content_digest=digest), now_ms())
+
+    async def _save(self, state: LoopState) -> None:
+        """Send the store the entries it lacks; a long tool output goes by the digest it was staged under."""
+        entries = state.unstored()
+        if not entries:
+            return
+        newest, staged = entries[-1].delta.staged()
+        wire = (*entries[:-1], entries[-1].model_copy(update={"delta": newest}))
+        try:
+            await self._activity(
+                ACTIVITY_SAVE_CHECKPOINT,
+                SaveCheckpointInput(run_id=state.plan.run_id, entries=wire, staged=staged),
+                None,
+                summary=f"save checkpoint turn {state.turn}",
+                timeout=state.plan.timeouts.checkpoint_seconds,
+                retry=RetryPolicy(maximum_attempts=5),
+            )
+        except ActivityError as exc:
+            missing, head = missing_state(exc)
+            if not missing:
+                self._persistence_failed(state, "save", failure_message(exc))
+            else:
+                await self._restore(state, head)
+            return
+        state.stored = state.head
+
+    async def _restore(self, state: LoopState, head: LogRef | None) -> bool:
+        """Bring a store that lacks part of the run's log up to date, from this execution's history."""
+        entries = state.entries_after(head)
+        seed = None
+        if entries is None:  # it lacks even the state this execution started from
+            seed = state.seed_export
+            entries = list(state.journal)
+            if seed is None:
+                self._persistence_failed(
+                    state,
+                    "save",
+                    f"the store lost run {state.plan.run_id}'s log before version {state.seed.version}, "
+                    "and no export holds it",
+                )
+                return False
+        self._details(f"restoring the run's log in the store ({len(entries)} entries)")
+        try:
+            for index, batch in enumerate(batches(entries)):
+                await self._activity(
+                    ACTIVITY_SAVE_CHECKPOINT,
+                    SaveCheckpointInput(
+                        run_id=state.plan.run_id,
+                        entries=tuple(batch),
+                        header=state.header() if index == 0 else None,
+                        seed=seed if index == 0 else None,
+                    ),
+                    None,
+                    summary=f"restore run log up to version {state.head.version}",
+                    timeout=state.plan.timeouts.checkpoint_seconds,
+                    retry=RetryPolicy(maximum_attempts=5),
+                )
+        except ActivityError as exc:
+            self._persistence_failed(state, "save", f"restore: {failure_message(exc)}")
+            return False
+        state.stored = state.head
+        return True
+
+    async def _reading_log(self, state: LoopState, call: Callable[[], Awaitable[T]]) -> T:
+        """Run an activity that reads the run's log; restore the log once should the store lack it."""
+        try:
+            return await call()
+        except ActivityError as exc:
+            missing, head = missing_state(exc)
+            if not missing or not await self._restore(state, head):
+                raise
+        return await call()
+
+    def _persistence_failed(self, state: LoopState, operation: Literal["save", "load"], reason: str) -> None:
+        state.persistence_failures.append(f"turn {state.turn}: {operation} failed: {reason}")
+        state.emit(PersistenceFailedEvent(turn=state.turn, operation=operation, reason=reason), now_ms())
 
     async def _session_runs(self, plan: RunPlan) -> tuple[tuple[RunRecord, ...], str | None]:
         """The session's ended runs; a store that cannot be read costs the snapshot, not the run."""
@@ -266,15 +402,19 @@ class RunBase:
             return (), failure_message(exc)
 
     async def _finish_run(self, state: LoopState) -> None:
-        """Keep the ended run in its session and drop its checkpoint from the store."""
+        """Keep the ended run in its session and drop its log from the store."""
+        timeouts = state.plan.timeouts
         try:
-            await workflow.execute_activity(
-                ACTIVITY_FINISH_RUN,
-                FinishRunInput(record=state.run_record()),
-                start_to_close_timeout=timedelta(seconds=state.plan.timeouts.checkpoint_seconds),
-                heartbeat_timeout=timedelta(seconds=state.plan.timeouts.heartbeat_seconds),
-                retry_policy=RetryPolicy(maximum_attempts=5),
-                summary=f"finish run ({state.status}): drop checkpoint",
+            await self._reading_log(
+                state,
+                lambda: workflow.execute_activity(
+                    ACTIVITY_FINISH_RUN,
+                    state.finish_input(),
+                    start_to_close_timeout=timedelta(seconds=timeouts.checkpoint_seconds),
+                    heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
+                    retry_policy=RetryPolicy(maximum_attempts=5),
+                    summary=f"finish run ({state.status}): drop its log",
+                ),
             )
         except ActivityError as exc:
             # after ``end`` there is no event to add: the result and status carry it

@@ -1,0 +1,266 @@
+"""A running run's log: how its conversation and events reach the session store
+once each, so that its Temporal history grows linearly with the run.
+
+The workflow never hands an activity the whole conversation. At each save it
+appends one ``LogEntry`` (what is new since the last one) to the run's log in
+the session store, and every other activity names the log state it needs with
+a ``LogRef``: a version and a chain digest over every entry so far. An
+activity that cannot find that state (a fresh store, another machine, a store
+that lags) raises ``StateMissing``, and the workflow sends the entries again
+from its own history before it retries.
+
+Compatibility rule: entries are stored and chained by their canonical JSON, so
+a field added to ``LogDelta`` must default to a value that is left out of its
+JSON (``None`` or empty, with ``exclude_defaults``); the chain of an existing
+log must never change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from pydantic import Field
+
+from durable_agent.canonical import canonical_bytes, sha256_digest
+from durable_agent.checkpoint import (
+    CapabilityBinding,
+    CheckpointPayload,
+    LoopCheckpoint,
+    ResumedFrom,
+    RunRecord,
+    RunSnapshot,
+    SessionCheckpointExportV1,
+    SessionSnapshot,
+)
+from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolDefinition, ToolResultBlock
+
+GENESIS: Final = "sha256:" + "0" * 64
+STATE_MISSING: Final = "StateMissing"  # the ApplicationError type an activity raises
+# A tool output at least this long is staged in the store by the tool activity, and
+# the save that follows names it by digest instead of carrying it through the history again.
+STAGE_MIN_BYTES: Final = 1024
+
+
+class LogRef(Frozen):
+    """A state of a run's log: ``version`` entries applied, ending in ``digest``."""
+
+    run_id: str
+    version: int = Field(ge=0)
+    digest: str = GENESIS
+
+
+class StagedText(Frozen):
+    """A tool result whose content the tool activity put in the store, named by digest."""
+
+    tool_use_id: str
+    digest: str
+    size: int
+
+
+class LogDelta(Frozen):
+    """What one log entry adds, applied in this order: ``replace``, ``extend_last``,
+    ``messages``, ``events``.
+
+    ``extend_last`` holds tool results for the last message already in the log
+    (the results of one model step share one user message). With ``replace``,
+    the entry is a whole state, not an addition (a run's seed from elsewhere).
+    """
+
+    replace: bool = False
+    extend_last: tuple[ToolResultBlock, ...] = ()
+    messages: tuple[Message, ...] = ()
+    events: tuple[EventRecord, ...] = ()
+
+    def is_empty(self) -> bool:
+        return not (self.replace or self.extend_last or self.messages or self.events)
+
+    def chained(self, parent: str) -> str:
+        """The digest of the log after this delta, on top of ``parent``."""
+        body = hashlib.sha256(canonical_bytes(self.model_dump(mode="json", exclude_defaults=True)))
+        return sha256_digest(f"{parent}\n{body.hexdigest()}".encode())
+
+    def results(self) -> Iterable[ToolResultBlock]:
+        yield from self.extend_last
+        for message in self.messages:
+            yield from (b for b in message.content if isinstance(b, ToolResultBlock))
+
+    def staged(self, min_bytes: int = STAGE_MIN_BYTES) -> tuple[LogDelta, tuple[StagedText, ...]]:
+        """This delta with long tool results emptied, and what names them in the store."""
+        staged = tuple(
+            StagedText(tool_use_id=b.tool_use_id, digest=text_digest(b.content), size=len(b.content))
+            for b in self.results()
+            if len(b.content.encode()) >= min_bytes
+        )
+        if not staged:
+            return self, ()
+        return self.with_results({s.tool_use_id: "" for s in staged}), staged
+
+    def with_results(self, contents: dict[str, str]) -> LogDelta:
+        """This delta with the content of the named tool results replaced."""
+
+        def put(block: ToolResultBlock) -> ToolResultBlock:
+            content = contents.get(block.tool_use_id)
+            return block if content is None else block.model_copy(update={"content": content})
+
+        messages = tuple(
+            m.model_copy(
+                update={"content": tuple(put(b) if isinstance(b, ToolResultBlock) else b for b in m.content)}
+            )
+            for m in self.messages
+        )
+        return self.model_copy(
+            update={"messages": messages, "extend_last": tuple(map(put, self.extend_last))}
+        )
+
+
+def text_digest(text: str) -> str:
+    return sha256_digest(text.encode("utf-8"))
+
+
+class LogEntry(Frozen):
+    """One save: ``delta`` on top of the entry ``version - 1`` whose digest is ``parent``."""
+
+    version: int = Field(ge=1)
+    parent: str
+    digest: str
+    delta: LogDelta
+
+    @classmethod
+    def after(cls, head: LogRef, delta: LogDelta) -> LogEntry:
+        return cls(
+            version=head.version + 1, parent=head.digest, digest=delta.chained(head.digest), delta=delta
+        )
+
+    def ref(self, run_id: str) -> LogRef:
+        return LogRef(run_id=run_id, version=self.version, digest=self.digest)
+
+
+class RunHeader(Frozen):
+    """What does not change while a run runs: written once, next to its log."""
+
+    session_id: str
+    run_id: str
+    prompt: str
+    created_at_ms: int
+    capability_binding: CapabilityBinding
+    system_prompt: str
+    tools: tuple[ToolDefinition, ...]
+    resumed_from: ResumedFrom | None = None
+    # the session's runs that had ended when this one started: its exports' snapshot
+    prior_run_ids: tuple[str, ...] = ()
+
+
+class StateMissing(Exception):
+    """The store does not hold the log state an activity was sent to read or extend.
+
+    ``head`` is what it holds instead (``None``: nothing for this run), so the
+    workflow can send just the entries after it.
+    """
+
+    def __init__(self, message: str, head: LogRef | None = None) -> None:
+        super().__init__(message)
+        self.head = head
+
+
+class RunLog:
+    """A run's log folded into its conversation and events (what the activities read)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.version = 0
+        self.digest = GENESIS
+        self.messages: list[Message] = []
+        self.events: list[EventRecord] = []
+
+    @property
+    def ref(self) -> LogRef:
+        return LogRef(run_id=self.run_id, version=self.version, digest=self.digest)
+
+    def apply(self, entry: LogEntry) -> None:
+        """Fold in the next entry; ``StateMissing`` if it does not follow this state."""
+        delta = entry.delta
+        if not delta.replace and (entry.version != self.version + 1 or entry.parent != self.digest):
+            raise StateMissing(
+                f"log entry {entry.version} of run {self.run_id!r} does not follow version {self.version}",
+                self.ref,
+            )
+        if delta.replace:
+            self.messages, self.events = [], []
+        if delta.extend_last:
+            last = self.messages[-1] if self.messages else None
+            if last is None or last.role != "user":
+                raise StateMissing(f"log entry {entry.version} extends no tool-result message", self.ref)
+            self.messages[-1] = last.model_copy(update={"content": (*last.content, *delta.extend_last)})
+        self.messages.extend(delta.messages)
+        self.events.extend(delta.events)
+        self.version, self.digest = entry.version, entry.digest
+
+    def apply_all(self, entries: Sequence[LogEntry]) -> None:
+        for entry in entries:
+            self.apply(entry)
+
+    def with_pending(self, pending: LogDelta) -> list[Message]:
+        """The conversation with the messages not yet saved added (what the model sees)."""
+        messages = list(self.messages)
+        if pending.extend_last:
+            messages[-1] = messages[-1].model_copy(
+                update={"content": (*messages[-1].content, *pending.extend_last)}
+            )
+        messages.extend(pending.messages)
+        return messages
+
+
+class ExportFacts(Frozen):
+    """What an export needs besides the log and the header: the run's counters now."""
+
+    turn: int
+    checkpoint_ms: int
+    updated_at_ms: int
+    usage: TokenUsage
+
+
+def build_export(
+    header: RunHeader, log: RunLog, prior: Sequence[RunRecord], facts: ExportFacts
+) -> SessionCheckpointExportV1:
+    """The boundary's export, from the store's copy of the run: the same inputs give the same bytes."""
+    logical = LoopCheckpoint(
+        session_id=header.session_id,
+        run_id=header.run_id,
+        turn=facts.turn,
+        messages=tuple(log.messages),
+        capability_binding=header.capability_binding,
+        total_usage=facts.usage,
+        tool_calls_count=facts.turn,
+        checkpoint_ms=facts.checkpoint_ms,
+    )
+    events = tuple(log.events)
+    run = RunRecord(snapshot=run_snapshot(header, events, "executing", facts.updated_at_ms), events=events)
+    snapshot = SessionSnapshot(session_id=header.session_id, run_records=(*prior, run))
+    return SessionCheckpointExportV1.build(CheckpointPayload(logical_resume=logical, snapshot=snapshot))
+
+
+def run_snapshot(
+    header: RunHeader,
+    events: Sequence[EventRecord],
+    status: str,
+    updated_at_ms: int,
+    result_text: str | None = None,
+    error: str | None = None,
+) -> RunSnapshot:
+    return RunSnapshot.model_validate(
+        {
+            "id": header.run_id,
+            "session_id": header.session_id,
+            "status": status,
+            "prompt": header.prompt,
+            "capability_binding": header.capability_binding,
+            "created_at_ms": header.created_at_ms,
+            "updated_at_ms": updated_at_ms,
+            "event_count": events[-1].sequence if events else 0,
+            "result_text": result_text,
+            "error": error,
+            "resumed_from": header.resumed_from,
+        }
+    )
