@@ -46,6 +46,7 @@ from durable_agent.run_io import (
 )
 from durable_agent.run_log import (
     STAGE_MIN_BYTES,
+    STATE_LOST,
     STATE_MISSING,
     LogDelta,
     LogEntry,
@@ -240,10 +241,9 @@ class AgentActivities:
             raise ApplicationError(
                 f"{inp.name} failed: {exc}", type=type(exc).__name__, non_retryable=True
             ) from exc
-        await self._stage(inp.run_id, content)
-        return ToolOutput(content=content)
+        return ToolOutput(content=content, staged=await self._stage(inp.run_id, content))
 
-    async def _stage(self, run_id: str, content: str) -> None:
+    async def _stage(self, run_id: str, content: str) -> bool:
         """Keep a long output in the store, so the save after this call can name it by digest.
 
         Only a cache: the output is this activity's result all the same, and a
@@ -251,11 +251,13 @@ class AgentActivities:
         that fails here costs history bytes, never the call.
         """
         if len(content.encode()) < STAGE_MIN_BYTES:
-            return
+            return False
         try:
             await self.store.stage_text(run_id, text_digest(content), content)
         except Exception as exc:
             log.warning("could not stage a tool output of run %s: %s", run_id, exc)
+            return False
+        return True
 
     @activity.defn(name=ACTIVITY_OPEN_RUN)
     async def open_run(self, inp: OpenRunInput) -> RunOpened:
@@ -315,7 +317,7 @@ class AgentActivities:
                 f"run {run_id!r}: its state at turn {seed.descriptor.turn} is in neither the session "
                 f"store nor sink {seed.sink!r} (export {seed.descriptor.content_digest}); "
                 "resume from that export with `durable-agent resume`",
-                type="StateLost",
+                type=STATE_LOST,
                 non_retryable=True,
             )
         if export.descriptor.content_digest != seed.descriptor.content_digest:

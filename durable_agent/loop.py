@@ -62,7 +62,7 @@ class LoopState:
         self.usage = resume.total_usage if resume is not None else TokenUsage()
         self._start_log(LogRef(run_id=plan.run_id, version=0), first)
         self.open_results = _is_results(first[-1]) if first else False
-        self._due_calls = _unanswered(first)
+        self._due_calls: list[ToolUseBlock] = _unanswered(first)
         source = plan.resumed_from
         lineage = (
             f"{source.session_id}/{source.run_id} at turn {source.turn}, {source.content_digest}"
@@ -87,7 +87,7 @@ class LoopState:
         self.persistence_failures: list[str] = []
         self.events: list[EventRecord] = []  # the newest events: this execution's and those carried
         self.event_count = 0
-        self._due_calls: list[ToolUseBlock] = []
+        self._due_calls = []
         self.last_export: ExportSeed | None = None  # the newest export this run delivered
         self.seed_export: ExportSeed | None = None  # the export that holds this execution's seed
 
@@ -100,6 +100,7 @@ class LoopState:
         self._new_messages: list[Message] = messages
         self._new_results: list[ToolResultBlock] = []  # for the last message already in the log
         self._new_events: list[EventRecord] = []
+        self.staged_ids: set[str] = set()  # tool outputs in the store since the last save
 
     # --- recording ----------------------------------------------------------
 
@@ -126,12 +127,18 @@ class LoopState:
             self.final_text = text
         return calls
 
-    def add_tool_result(self, call: ToolUseBlock, output: str, is_error: bool, now_ms: int) -> None:
+    def add_tool_result(
+        self, call: ToolUseBlock, output: str, is_error: bool, now_ms: int, staged: bool = False
+    ) -> None:
         """Record a finished tool call: its ``tool_end`` event and its tool-result block.
 
         The results of one assistant step share one user message, which grows
         as each call finishes, so every boundary's conversation is well formed.
+        ``staged``: the tool activity kept the output in the store, so the next
+        save can name it by digest.
         """
+        if staged:
+            self.staged_ids.add(call.id)
         self.emit(ToolEndEvent.of(call.id, call.name, output, is_error), now_ms)
         block = ToolResultBlock(tool_use_id=call.id, content=output, is_error=is_error)
         if not self.open_results:
@@ -162,6 +169,11 @@ class LoopState:
         self.head = entry.ref(self.plan.run_id)
         self._new_messages, self._new_results, self._new_events = [], [], []
         return entry
+
+    def mark_stored(self) -> None:
+        """The store acknowledged every entry."""
+        self.stored = self.head
+        self.staged_ids.clear()
 
     def unstored(self) -> list[LogEntry]:
         """Entries the store has not acknowledged (normally just the newest)."""

@@ -180,6 +180,8 @@ class ToolCallInput(Frozen):
 class ToolOutput(Frozen):
     content: str
     is_error: bool = False
+    # the tool activity kept ``content`` in the session store too, under its digest
+    staged: bool = False
 
 
 class ModelStepInput(Frozen):

@@ -18,7 +18,7 @@ log must never change.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Final
 
 from pydantic import Field
@@ -38,8 +38,9 @@ from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolD
 
 GENESIS: Final = "sha256:" + "0" * 64
 STATE_MISSING: Final = "StateMissing"  # the ApplicationError type an activity raises
-# A tool output at least this long is staged in the store by the tool activity, and
-# the save that follows names it by digest instead of carrying it through the history again.
+STATE_LOST: Final = "StateLost"  # ... when not even the run's last export holds its state
+# A tool output at least this long is staged in the store by the tool activity (which
+# says so), and the save that follows names it by digest instead of carrying it again.
 STAGE_MIN_BYTES: Final = 1024
 
 
@@ -86,12 +87,12 @@ class LogDelta(Frozen):
         for message in self.messages:
             yield from (b for b in message.content if isinstance(b, ToolResultBlock))
 
-    def staged(self, min_bytes: int = STAGE_MIN_BYTES) -> tuple[LogDelta, tuple[StagedText, ...]]:
-        """This delta with long tool results emptied, and what names them in the store."""
+    def staged(self, ids: Collection[str]) -> tuple[LogDelta, tuple[StagedText, ...]]:
+        """This delta with the tool results of ``ids`` emptied, and what names them in the store."""
         staged = tuple(
             StagedText(tool_use_id=b.tool_use_id, digest=text_digest(b.content), size=len(b.content))
             for b in self.results()
-            if len(b.content.encode()) >= min_bytes
+            if b.tool_use_id in ids
         )
         if not staged:
             return self, ()

@@ -167,7 +167,7 @@ class AgentRun(RunBase):
             self._check_cancel()
             state.emit(ToolStartEvent.of(call.id, call.name, call.input), now_ms())
             output = await self._tool_step(state, call)
-            state.add_tool_result(call, output.content, output.is_error, now_ms())
+            state.add_tool_result(call, output.content, output.is_error, now_ms(), output.staged)
             await self._boundary(state)
             if self._should_continue_as_new(state):
                 await self._continue_as_new(state)

@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
         SaveCheckpointInput,
         SessionRuns,
     )
-    from durable_agent.run_log import STATE_MISSING, LogEntry, LogRef
+    from durable_agent.run_log import STATE_LOST, STATE_MISSING, LogEntry, LogRef
 
 
 T = TypeVar("T")
@@ -194,7 +194,7 @@ class RunBase:
             self._persistence_failed(state, "save", f"open run: {failure_message(exc)}")
             return
         state.prior_run_ids = opened.prior_run_ids
-        state.stored = state.head
+        state.mark_stored()
 
     def _continued(self, carried: CarriedState) -> LoopState:
         """The same run, in the execution it continued as new into."""
@@ -314,7 +314,7 @@ class RunBase:
         entries = state.unstored()
         if not entries:
             return
-        newest, staged = entries[-1].delta.staged()
+        newest, staged = entries[-1].delta.staged(state.staged_ids)
         wire = (*entries[:-1], entries[-1].model_copy(update={"delta": newest}))
         try:
             await self._activity(
@@ -332,23 +332,24 @@ class RunBase:
             else:
                 await self._restore(state, head)
             return
-        state.stored = state.head
+        state.mark_stored()
 
     async def _restore(self, state: LoopState, head: LogRef | None) -> bool:
-        """Bring a store that lacks part of the run's log up to date, from this execution's history."""
+        """Bring a store that lacks part of the run's log up to date, from this execution's history.
+
+        ``False`` when the store failed (recorded; a later step tries again);
+        ``RunFailed`` when the state is gone for good: the run cannot go on.
+        """
         entries = state.entries_after(head)
         seed = None
         if entries is None:  # it lacks even the state this execution started from
             seed = state.seed_export
             entries = list(state.journal)
             if seed is None:
-                self._persistence_failed(
-                    state,
-                    "save",
-                    f"the store lost run {state.plan.run_id}'s log before version {state.seed.version}, "
-                    "and no export holds it",
+                self._lost(
+                    f"run {state.plan.run_id}: its state before log version {state.seed.version} is in "
+                    "neither the session store nor an export it could be read from"
                 )
-                return False
         self._details(f"restoring the run's log in the store ({len(entries)} entries)")
         try:
             for index, batch in enumerate(batches(entries)):
@@ -366,10 +367,17 @@ class RunBase:
                     retry=RetryPolicy(maximum_attempts=5),
                 )
         except ActivityError as exc:
+            if isinstance(exc.cause, ApplicationError) and exc.cause.type == STATE_LOST:
+                self._lost(failure_message(exc))
             self._persistence_failed(state, "save", f"restore: {failure_message(exc)}")
             return False
-        state.stored = state.head
+        state.mark_stored()
         return True
+
+    def _lost(self, message: str) -> NoReturn:
+        assert self._state is not None
+        self._state.emit(ErrorEvent(message=message), now_ms())
+        raise RunFailed(message)
 
     async def _reading_log(self, state: LoopState, call: Callable[[], Awaitable[T]]) -> T:
         """Run an activity that reads the run's log; restore the log once should the store lack it."""
@@ -416,9 +424,10 @@ class RunBase:
                     summary=f"finish run ({state.status}): drop its log",
                 ),
             )
-        except ActivityError as exc:
+        except (ActivityError, RunFailed) as exc:
             # after ``end`` there is no event to add: the result and status carry it
-            state.persistence_failures.append(f"finish failed: {failure_message(exc)}")
+            reason = failure_message(exc) if isinstance(exc, ActivityError) else str(exc)
+            state.persistence_failures.append(f"finish failed: {reason}")
 
     # --- helpers --------------------------------------------------------------
 

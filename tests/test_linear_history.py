@@ -1,0 +1,188 @@
+"""Linear history on a real server: the run's log lives in the session store, and a store
+that lost it (a fresh one, another machine's) is brought back from the run's own history,
+or from its last export after a continue-as-new."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHandle
+
+from activities import AgentActivities
+from activities.store import FilesystemSessionStore
+from durable_agent.config import AgentConfig
+from durable_agent.models import ToolResultBlock
+from durable_agent.run_io import AgentRunResult, ApprovalAnswer, ApprovalDecision, RunStatusView
+from tests.helpers import RecordingSink, final, read_call, scripted_config, start, tool_call
+from worker import build_worker
+
+PERMISSIONS = {"allow": ["read(*)"], "ask": ["ls"], "default": "deny"}
+READS = 6
+
+
+def responses() -> list[dict[str, Any]]:
+    reads = [read_call(f"r{i}", "a.txt") for i in range(1, READS + 1)]
+    return [*reads, tool_call("l1", "ls", path="."), final("all done")]
+
+
+def configs(tmp_path: Path, **limits: int) -> tuple[AgentConfig, AgentConfig]:
+    """The same worker config twice, with two session stores (two machines); one export folder."""
+    extra: dict[str, Any] = {"permissions": PERMISSIONS}
+    if limits:
+        extra["limits"] = limits
+    here = scripted_config(tmp_path, responses(), store={"path": str(tmp_path / "store-a")}, **extra)
+    there = scripted_config(tmp_path, responses(), store={"path": str(tmp_path / "store-b")}, **extra)
+    return here, there
+
+
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("".join(f"{i:04d} alpha beta gamma delta\n" for i in range(200)))  # ~5 KB
+    return ws
+
+
+async def waiting_for_approval(handle: WorkflowHandle[Any, AgentRunResult]) -> RunStatusView:
+    deadline = time.monotonic() + 20
+    while True:
+        status = await handle.query("status", result_type=RunStatusView)
+        if status.pending_approvals or time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.1)
+
+
+async def approve_on(
+    client: Client, activities: AgentActivities, queue: str, handle: WorkflowHandle[Any, AgentRunResult]
+) -> AgentRunResult:
+    """Approve the waiting ``ls`` with a worker (another machine's) running, and wait for the end."""
+    async with build_worker(client, activities, queue):
+        assert [p.call_id for p in (await waiting_for_approval(handle)).pending_approvals] == ["l1"]
+        await handle.execute_update(
+            "approve", ApprovalDecision(call_id="l1", approved=True), result_type=ApprovalAnswer
+        )
+        return await handle.result()
+
+
+def summaries(events: list[HistoryEvent]) -> list[str]:
+    out = []
+    for e in events:
+        if e.HasField("activity_task_scheduled_event_attributes") and e.user_metadata.HasField("summary"):
+            out.append(json.loads(e.user_metadata.summary.data))
+    return out
+
+
+def tool_results(export_content: str) -> list[str]:
+    messages = json.loads(export_content)["logical_resume"]["messages"]
+    return [b["tool_use_id"] for m in messages for b in m["content"] if b["type"] == "tool_result"]
+
+
+async def run_until_approval(
+    client: Client, tmp_path: Path, activities: AgentActivities, queue: str
+) -> WorkflowHandle[Any, AgentRunResult]:
+    async with build_worker(client, activities, queue):
+        handle = await start(client, queue, workspace(tmp_path), "read a.txt six times", max_tool_rounds=10)
+        status = await waiting_for_approval(handle)
+        assert status.turn == READS
+    return handle
+
+
+async def test_a_fresh_store_mid_run_is_restored_from_the_run_history(client: Client, tmp_path: Path) -> None:
+    here, there = configs(tmp_path)
+    sink = RecordingSink()
+    queue = f"linear-{time.monotonic_ns()}"
+    handle = await run_until_approval(client, tmp_path, AgentActivities(here, sinks={"local": sink}), queue)
+    # the run goes on on a machine whose store has never seen it
+    result = await approve_on(client, AgentActivities(there, sinks={"local": sink}), queue, handle)
+    assert result.status == "completed" and result.text == "all done", result
+    assert not result.persistence_failures and not result.export_failures
+    assert [e.turn for e in result.exports] == list(range(1, READS + 2))
+    assert tool_results(sink.exports[-1].content) == [*(f"r{i}" for i in range(1, READS + 1)), "l1"]
+    assert sink.exports[-1].open().logical_resume.turn == READS + 1
+    history = await handle.fetch_history()
+    assert any(s.startswith("restore run log") for s in summaries(history.events))
+    # the store it was restored in let the run end there: its record is kept, its log dropped
+    store = FilesystemSessionStore(tmp_path / "store-b")
+    assert await store.log_head(result.run_id) is None
+    [record] = await store.load_run_records(result.session_id)
+    assert record.snapshot.status == "completed" and record.snapshot.event_count == record.events[-1].sequence
+
+
+async def test_a_store_lost_after_continue_as_new_is_seeded_from_the_last_export(
+    client: Client, tmp_path: Path
+) -> None:
+    here, there = configs(tmp_path, continue_as_new_events=50)
+    queue = f"linear-{time.monotonic_ns()}"
+    # the filesystem sink (the config's): it can give the run's last export back
+    handle = await run_until_approval(client, tmp_path, AgentActivities(here), queue)
+    started = (await handle.fetch_history()).events[0].workflow_execution_started_event_attributes
+    assert started.continued_execution_run_id, "the run has not continued as new yet"
+    result = await approve_on(client, AgentActivities(there), queue, handle)
+    assert result.status == "completed" and result.text == "all done", result
+    assert not result.persistence_failures and not result.export_failures
+    assert [e.turn for e in result.exports] == list(range(1, READS + 2))
+    last = sorted((tmp_path / "exports").rglob("turn-*.json"))[-1]
+    content = json.loads(last.read_text())["content"]
+    assert tool_results(content) == [*(f"r{i}" for i in range(1, READS + 1)), "l1"]
+
+
+async def test_a_run_whose_state_is_lost_everywhere_fails_saying_how_to_go_on(
+    client: Client, tmp_path: Path
+) -> None:
+    here, there = configs(tmp_path, continue_as_new_events=50)
+    queue = f"linear-{time.monotonic_ns()}"
+    # a sink that cannot give exports back, and a fresh store: nothing holds the state
+    handle = await run_until_approval(
+        client, tmp_path, AgentActivities(here, sinks={"local": RecordingSink()}), queue
+    )
+    result = await approve_on(client, AgentActivities(there, sinks={"local": RecordingSink()}), queue, handle)
+    assert result.status == "failed"
+    assert "in neither the session store nor sink 'local'" in (result.error or "")
+    assert "durable-agent resume" in (result.error or "")
+    assert result.exports[-1].content_digest in (result.error or "")  # the export to resume from
+
+
+class NoStaging(FilesystemSessionStore):
+    """A store that cannot keep tool outputs (full disk, say) but works otherwise."""
+
+    async def stage_text(self, run_id: str, digest: str, text: str) -> None:
+        raise OSError("no space left on device")
+
+
+async def test_a_store_that_cannot_stage_costs_history_bytes_not_the_run(
+    client: Client, tmp_path: Path
+) -> None:
+    here, _ = configs(tmp_path)
+    ws = workspace(tmp_path)
+    sink = RecordingSink()
+    activities = AgentActivities(here, store=NoStaging(tmp_path / "store-a"), sinks={"local": sink})
+    queue = f"linear-{time.monotonic_ns()}"
+    async with build_worker(client, activities, queue):
+        handle = await start(client, queue, ws, "read", max_tool_rounds=10)
+        await waiting_for_approval(handle)
+        await handle.execute_update(
+            "approve", ApprovalDecision(call_id="l1", approved=True), result_type=ApprovalAnswer
+        )
+        result = await handle.result()
+    assert result.status == "completed" and not result.persistence_failures, result
+    history = await handle.fetch_history()
+    assert not any(s.startswith("restore") for s in summaries(history.events))  # no round trip lost
+    # each save carried the output itself
+    saves = [
+        e.activity_task_scheduled_event_attributes.input.payloads[0].data
+        for e in history.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "agent.save_checkpoint"
+    ]
+    size = (ws / "a.txt").stat().st_size
+    assert sum(len(s) > size for s in saves) == READS
+    results = [
+        b
+        for m in sink.exports[-1].open().logical_resume.messages
+        for b in m.content
+        if isinstance(b, ToolResultBlock)
+    ]
+    assert len(results) == READS + 1 and all(b.content for b in results)
