@@ -116,6 +116,7 @@ class LoopState:
         """Record the assistant's step; return the tool calls it asks for."""
         self._new_messages.append(response.message)
         self.open_results = False
+        self._due_calls = response.message.tool_uses()
         self.usage = self.usage + response.usage
         text = response.message.text()
         if text:
@@ -139,6 +140,7 @@ class LoopState:
         """
         if staged:
             self.staged_ids.add(call.id)
+        self._due_calls = [c for c in self._due_calls if c.id != call.id]
         self.emit(ToolEndEvent.of(call.id, call.name, output, is_error), now_ms)
         block = ToolResultBlock(tool_use_id=call.id, content=output, is_error=is_error)
         if not self.open_results:
@@ -212,6 +214,7 @@ class LoopState:
         state.event_count = carried.event_count if carried.event_count is not None else len(carried.events)
         state.last_export = state.seed_export = carried.seed
         state.open_results = carried.open_results
+        state._due_calls = list(carried.due_calls)
         if carried.log is not None:
             state._start_log(carried.log, [])
             state._new_events = list(carried.pending_events)
@@ -223,6 +226,7 @@ class LoopState:
             state.journal.append(LogEntry.after(genesis, whole))
             state.head = state.journal[0].ref(plan.run_id)
             state.open_results = bool(carried.messages) and _is_results(carried.messages[-1])
+            state._due_calls = _unanswered(list(carried.messages))
         return state
 
     def carry(self, executions: int) -> CarriedState:
@@ -244,6 +248,7 @@ class LoopState:
             event_count=self.event_count,
             pending_events=tuple(self._new_events),
             open_results=self.open_results,
+            due_calls=tuple(self._due_calls),
             prior_run_ids=self.prior_run_ids,
         )
 
@@ -252,7 +257,8 @@ class LoopState:
         return self.stored == self.head and not self._new_messages and not self._new_results
 
     def pending_calls(self) -> list[ToolUseBlock]:
-        """Tool calls of the last model step that have no result yet (a run resumed mid-step)."""
+        """Tool calls of the last model step that have no result yet (a run resumed, or
+        continued as new, between two calls of one step)."""
         return list(self._due_calls)
 
     def finish(self, status: FinalStatus, now_ms: int, error: str | None = None) -> None:

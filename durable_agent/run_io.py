@@ -21,7 +21,7 @@ from durable_agent.checkpoint import (
     SessionCheckpointExportV1,
     open_export,
 )
-from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolDefinition
+from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolDefinition, ToolUseBlock
 from durable_agent.permissions import PermissionPolicy
 from durable_agent.run_log import ExportFacts, LogDelta, LogEntry, LogRef, RunHeader, StagedText
 from durable_agent.tool_specs import ToolOffer
@@ -361,6 +361,7 @@ class CarriedState(Frozen):
     event_count: int | None = None  # None: ``events`` is every event
     pending_events: tuple[EventRecord, ...] = ()  # emitted after the last save
     open_results: bool = False  # the last message holds tool results that more may join
+    due_calls: tuple[ToolUseBlock, ...] = ()  # the step's calls still to make
     prior_run_ids: tuple[str, ...] = ()
     # Carried whole by runs recorded before linear history; replayed, never written.
     messages: tuple[Message, ...] = ()

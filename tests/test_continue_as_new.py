@@ -18,13 +18,13 @@ N_READS = 8
 
 
 def responses() -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [read_call(f"r{i}", "a.txt") for i in range(1, N_READS - 1)]
-    # two calls in one step, so that a continue-as-new can fall between them
-    pair = [
-        *read_call(f"r{N_READS - 1}", "a.txt")["tool_calls"],
-        *read_call(f"r{N_READS}", "a.txt")["tool_calls"],
+    out: list[dict[str, Any]] = [read_call(f"r{i}", "a.txt") for i in range(1, N_READS - 3)]
+    # four calls in one step: a boundary is ~25 events, so with continue_as_new_events=50
+    # the run continues as new between two of them, and the next execution makes the rest
+    group = [
+        call for i in range(N_READS - 3, N_READS + 1) for call in read_call(f"r{i}", "a.txt")["tool_calls"]
     ]
-    return [*out, {"tool_calls": pair}, final("all read")]
+    return [*out, {"tool_calls": group}, final("all read")]
 
 
 async def test_a_run_continues_as_new_and_stays_one_run(client: Client, tmp_path: Path) -> None:
