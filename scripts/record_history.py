@@ -4,8 +4,13 @@ Run it only for an intended change that breaks replay (ship such a change
 behind ``workflow.patched``, or as a new workflow version, and keep the old
 histories): ::
 
-    python scripts/record_history.py basic tests/histories/agent_run_v1.json
-    python scripts/record_history.py approval tests/histories/agent_run_approval_v1.json
+    python scripts/record_history.py basic tests/histories/agent_run_v2.json
+    python scripts/record_history.py approval tests/histories/agent_run_approval_v2.json
+    python scripts/record_history.py continued tests/histories/agent_run_continued_v2.json
+
+``*_v1`` were recorded before linear history (the run loaded its session and
+passed its conversation to its activities); they replay through the
+``linear-history`` patch. ``*_v2`` are linear.
 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the
