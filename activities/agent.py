@@ -17,9 +17,10 @@ from activities.run_state import RunStates
 from activities.sinks import ExportSink, FilesystemExportSink, SinkError
 from activities.store import FilesystemSessionStore, SessionStore
 from activities.tools import Tool, ToolFailure, builtin_tools
+from durable_agent.canonical import canonical_bytes
 from durable_agent.checkpoint import ExportDescriptor, ExportError, RunRecord
 from durable_agent.config import AgentConfig
-from durable_agent.models import LiveText, ModelResponse
+from durable_agent.models import LiveText, Message, ModelResponse
 from durable_agent.run_io import (
     ACTIVITY_EXPORT,
     ACTIVITY_FINISH_RUN,
@@ -50,6 +51,7 @@ from durable_agent.run_log import (
     STATE_MISSING,
     LogDelta,
     LogEntry,
+    Staged,
     StateMissing,
     build_export,
     run_snapshot,
@@ -211,7 +213,7 @@ class AgentActivities:
         attempt = activity.info().attempt
         text: list[str] = []
         try:
-            return await heartbeating(
+            response = await heartbeating(
                 provider.complete(call, model, text.append),
                 details=lambda: LiveText(attempt=attempt, text="".join(text)),
             )
@@ -222,6 +224,8 @@ class AgentActivities:
                 non_retryable=not exc.retryable,
                 next_retry_delay=exc.retry_after,
             ) from exc
+        message = canonical_bytes(response.message).decode()
+        return response.model_copy(update={"staged": await self._stage(inp.run_id, message)})
 
     @activity.defn(name=ACTIVITY_TOOL)
     async def tool_call(self, inp: ToolCallInput) -> ToolOutput:
@@ -229,8 +233,9 @@ class AgentActivities:
         tool = self.tools.get(inp.name)
         if tool is None:
             return ToolOutput(content=f"unknown tool {inp.name!r} on this worker", is_error=True)
+        arguments = inp.arguments if inp.arguments_in is None else await self._staged_arguments(inp)
         try:
-            args = validate_args(tool.spec, inp.arguments)
+            args = validate_args(tool.spec, arguments)
             content = await heartbeating(tool.run(args, Path(inp.workspace)))
         except (ToolCallError, ToolFailure) as exc:
             return ToolOutput(content=str(exc), is_error=True)
@@ -243,12 +248,24 @@ class AgentActivities:
             ) from exc
         return ToolOutput(content=content, staged=await self._stage(inp.run_id, content))
 
-    async def _stage(self, run_id: str, content: str) -> bool:
-        """Keep a long output in the store, so the save after this call can name it by digest.
+    async def _staged_arguments(self, inp: ToolCallInput) -> dict[str, Any]:
+        """The call's arguments, from the model message the model activity staged."""
+        assert inp.arguments_in is not None
+        text = await self.store.staged_text(inp.run_id, inp.arguments_in)
+        if text is not None and text_digest(text) == inp.arguments_in:
+            for call in Message.model_validate_json(text).tool_uses():
+                if call.id == inp.call_id:
+                    return call.input
+        missing = StateMissing(f"the store does not hold the model message with call {inp.call_id}")
+        raise state_missing(missing)
 
-        Only a cache: the output is this activity's result all the same, and a
-        save that does not find it here is sent the output itself. So a store
-        that fails here costs history bytes, never the call.
+    async def _stage(self, run_id: str, content: str) -> bool:
+        """Keep a long output (or model message) in the store, so the save after this call can
+        name it by digest.
+
+        Only a cache: it is this activity's result all the same, and a save
+        that does not find it here is sent it whole. So a store that fails
+        here costs history bytes, never the call.
         """
         if len(content.encode()) < STAGE_MIN_BYTES:
             return False
@@ -290,15 +307,16 @@ class AgentActivities:
             raise state_missing(exc) from None
 
     async def _unstage(self, inp: SaveCheckpointInput, entry: LogEntry) -> LogEntry:
-        """The entry with the outputs the tool activity staged filled in, checked against its digest."""
+        """The entry with what the tool and model activities staged put back, checked against its digest."""
         if inp.staged:
-            texts: dict[str, str] = {}
-            for staged in inp.staged:
-                text = await self.store.staged_text(inp.run_id, staged.digest)
-                if text is None or text_digest(text) != staged.digest:
-                    raise StateMissing(f"the store does not hold the staged output of {staged.tool_use_id}")
-                texts[staged.tool_use_id] = text
-            entry = entry.model_copy(update={"delta": entry.delta.with_results(texts)})
+            texts: dict[Staged, str] = {}
+            for part in inp.staged:
+                text = await self.store.staged_text(inp.run_id, part.digest)
+                if text is None or text_digest(text) != part.digest:
+                    head = await self.store.log_head(inp.run_id)
+                    raise StateMissing(f"the store does not hold the staged {part.kind} {part.key}", head)
+                texts[part] = text
+            entry = entry.model_copy(update={"delta": entry.delta.unstaged(texts)})
         if entry.delta.chained(entry.parent) != entry.digest:
             raise ApplicationError(
                 f"log entry {entry.version} of run {inp.run_id!r} does not match its digest",

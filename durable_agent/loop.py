@@ -9,6 +9,7 @@ a store that lost them. Tests drive it without a server.
 
 from __future__ import annotations
 
+from durable_agent.canonical import digest_of
 from durable_agent.checkpoint import LoopCheckpoint, RunStatus
 from durable_agent.models import (
     AgentEvent,
@@ -88,6 +89,7 @@ class LoopState:
         self.events: list[EventRecord] = []  # the newest events: this execution's and those carried
         self.event_count = 0
         self._due_calls = []
+        self.step_message: str | None = None
         self.last_export: ExportSeed | None = None  # the newest export this run delivered
         self.seed_export: ExportSeed | None = None  # the export that holds this execution's seed
 
@@ -100,7 +102,9 @@ class LoopState:
         self._new_messages: list[Message] = messages
         self._new_results: list[ToolResultBlock] = []  # for the last message already in the log
         self._new_events: list[EventRecord] = []
-        self.staged_ids: set[str] = set()  # tool outputs in the store since the last save
+        # what the tool and model activities kept in the store since the last save
+        self.staged_ids: set[str] = set()
+        self.staged_messages: set[str] = set()
 
     # --- recording ----------------------------------------------------------
 
@@ -115,6 +119,10 @@ class LoopState:
     def add_model_response(self, response: ModelResponse, now_ms: int) -> list[ToolUseBlock]:
         """Record the assistant's step; return the tool calls it asks for."""
         self._new_messages.append(response.message)
+        # the staged message's digest: the step's tool calls may read long arguments from it
+        self.step_message = digest_of(response.message) if response.staged else None
+        if self.step_message is not None:
+            self.staged_messages.add(self.step_message)
         self.open_results = False
         self._due_calls = response.message.tool_uses()
         self.usage = self.usage + response.usage
@@ -176,6 +184,7 @@ class LoopState:
         """The store acknowledged every entry."""
         self.stored = self.head
         self.staged_ids.clear()
+        self.staged_messages.clear()
 
     def unstored(self) -> list[LogEntry]:
         """Entries the store has not acknowledged (normally just the newest)."""
@@ -215,6 +224,7 @@ class LoopState:
         state.last_export = state.seed_export = carried.seed
         state.open_results = carried.open_results
         state._due_calls = list(carried.due_calls)
+        state.step_message = carried.step_message
         if carried.log is not None:
             state._start_log(carried.log, [])
             state._new_events = list(carried.pending_events)
@@ -249,6 +259,7 @@ class LoopState:
             pending_events=tuple(self._new_events),
             open_results=self.open_results,
             due_calls=tuple(self._due_calls),
+            step_message=self.step_message,
             prior_run_ids=self.prior_run_ids,
         )
 

@@ -74,6 +74,8 @@ class ModelResponse(Frozen):
     message: Message
     usage: TokenUsage = TokenUsage()
     stop_reason: str | None = None
+    # the model activity kept ``message`` in the session store too, under its digest
+    staged: bool = False
 
 
 class ToolDefinition(Frozen):

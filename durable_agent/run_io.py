@@ -23,7 +23,7 @@ from durable_agent.checkpoint import (
 )
 from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolDefinition, ToolUseBlock
 from durable_agent.permissions import PermissionPolicy
-from durable_agent.run_log import ExportFacts, LogDelta, LogEntry, LogRef, RunHeader, StagedText
+from durable_agent.run_log import ExportFacts, LogDelta, LogEntry, LogRef, RunHeader, Staged
 from durable_agent.tool_specs import ToolOffer
 
 WORKFLOW_TYPE = "AgentRun"
@@ -174,7 +174,9 @@ class ToolCallInput(Frozen):
     workspace: str
     call_id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    # or: the digest of the model message the model activity staged, whose call ``call_id`` has them
+    arguments_in: str | None = None
 
 
 class ToolOutput(Frozen):
@@ -216,14 +218,14 @@ class ExportSeed(Frozen):
 class SaveCheckpointInput(Frozen):
     """Append ``entries`` to the run's log.
 
-    A long tool output in the last entry is left empty there and named in
-    ``staged``: the tool activity put it in the store. ``header`` and
+    A long tool output or model message in the last entry is left empty there
+    and named in ``staged``: its activity put it in the store. ``header`` and
     ``seed`` come with a restore, when the store had lost the run.
     """
 
     run_id: str
     entries: tuple[LogEntry, ...]
-    staged: tuple[StagedText, ...] = ()
+    staged: tuple[Staged, ...] = ()
     header: RunHeader | None = None
     seed: ExportSeed | None = None
 
@@ -362,6 +364,7 @@ class CarriedState(Frozen):
     pending_events: tuple[EventRecord, ...] = ()  # emitted after the last save
     open_results: bool = False  # the last message holds tool results that more may join
     due_calls: tuple[ToolUseBlock, ...] = ()  # the step's calls still to make
+    step_message: str | None = None  # the digest of their message, when its activity staged it
     prior_run_ids: tuple[str, ...] = ()
     # Carried whole by runs recorded before linear history; replayed, never written.
     messages: tuple[Message, ...] = ()

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Iterable, Sequence
-from typing import Final
+from typing import Final, Literal
 
 from pydantic import Field
 
-from durable_agent.canonical import canonical_bytes, sha256_digest
+from durable_agent.canonical import canonical_bytes, digest_of, sha256_digest
 from durable_agent.checkpoint import (
     CapabilityBinding,
     CheckpointPayload,
@@ -39,8 +39,9 @@ from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolD
 GENESIS: Final = "sha256:" + "0" * 64
 STATE_MISSING: Final = "StateMissing"  # the ApplicationError type an activity raises
 STATE_LOST: Final = "StateLost"  # ... when not even the run's last export holds its state
-# A tool output at least this long is staged in the store by the tool activity (which
-# says so), and the save that follows names it by digest instead of carrying it again.
+# A tool output or model message at least this long is staged in the store by its
+# activity (which says so), and the save that follows names it by digest instead of
+# carrying it through the history a second time.
 STAGE_MIN_BYTES: Final = 1024
 
 
@@ -52,12 +53,13 @@ class LogRef(Frozen):
     digest: str = GENESIS
 
 
-class StagedText(Frozen):
-    """A tool result whose content the tool activity put in the store, named by digest."""
+class Staged(Frozen):
+    """A part of a saved entry that an activity already put in the store: empty in the entry,
+    named here by its digest (a tool's output, or a model's whole message)."""
 
-    tool_use_id: str
+    kind: Literal["tool_result", "message"]
+    key: str  # the tool result's ``tool_use_id``, or the message's index in the entry's messages
     digest: str
-    size: int
 
 
 class LogDelta(Frozen):
@@ -87,16 +89,36 @@ class LogDelta(Frozen):
         for message in self.messages:
             yield from (b for b in message.content if isinstance(b, ToolResultBlock))
 
-    def staged(self, ids: Collection[str]) -> tuple[LogDelta, tuple[StagedText, ...]]:
-        """This delta with the tool results of ``ids`` emptied, and what names them in the store."""
-        staged = tuple(
-            StagedText(tool_use_id=b.tool_use_id, digest=text_digest(b.content), size=len(b.content))
-            for b in self.results()
-            if b.tool_use_id in ids
-        )
-        if not staged:
-            return self, ()
-        return self.with_results({s.tool_use_id: "" for s in staged}), staged
+    def staged(
+        self, result_ids: Collection[str], message_digests: Collection[str] = ()
+    ) -> tuple[LogDelta, tuple[Staged, ...]]:
+        """This delta with the named tool results and messages emptied, and what names them."""
+        parts: list[Staged] = []
+        messages = list(self.messages)
+        for index, message in enumerate(messages if message_digests else ()):
+            digest = digest_of(message)
+            if digest in message_digests:
+                parts.append(Staged(kind="message", key=str(index), digest=digest))
+                messages[index] = Message(role=message.role, content=())
+        delta = self.model_copy(update={"messages": tuple(messages)}) if parts else self
+        results = [b for b in delta.results() if b.tool_use_id in result_ids]
+        parts += [
+            Staged(kind="tool_result", key=b.tool_use_id, digest=text_digest(b.content)) for b in results
+        ]
+        if results:
+            delta = delta.with_results({b.tool_use_id: "" for b in results})
+        return delta, tuple(parts)
+
+    def unstaged(self, texts: dict[Staged, str]) -> LogDelta:
+        """This delta with what ``staged`` emptied put back, from the texts the store kept."""
+        messages = list(self.messages)
+        results: dict[str, str] = {}
+        for part, text in texts.items():
+            if part.kind == "message":
+                messages[int(part.key)] = Message.model_validate_json(text)
+            else:
+                results[part.key] = text
+        return self.model_copy(update={"messages": tuple(messages)}).with_results(results)
 
     def with_results(self, contents: dict[str, str]) -> LogDelta:
         """This delta with the content of the named tool results replaced."""

@@ -10,11 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 from activities import AgentActivities
 from activities.store import FilesystemSessionStore
+from durable_agent.canonical import canonical_bytes
 from durable_agent.config import AgentConfig
 from durable_agent.models import ToolResultBlock
 from durable_agent.run_io import AgentRunResult, ApprovalAnswer, ApprovalDecision, RunStatusView
@@ -186,3 +187,61 @@ async def test_a_store_that_cannot_stage_costs_history_bytes_not_the_run(
         if isinstance(b, ToolResultBlock)
     ]
     assert len(results) == READS + 1 and all(b.content for b in results)
+
+
+async def test_a_long_model_message_enters_the_history_once(client: Client, tmp_path: Path) -> None:
+    # a model that writes files: the content is in its messages (the tool calls' input)
+    content = "".join(f"{i:05d} the quick brown fox jumps over the lazy dog\n" for i in range(2000))
+    writes = [tool_call(f"w{i}", "write", file_path=f"f{i}.txt", content=content) for i in range(5)]
+    config = scripted_config(
+        tmp_path, [*writes, final("written")], permissions={"allow": ["write(*)"], "default": "deny"}
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    sink = RecordingSink()
+    queue = f"linear-{time.monotonic_ns()}"
+    async with build_worker(client, AgentActivities(config, sinks={"local": sink}), queue):
+        handle = await start(client, queue, ws, "write five files", max_tool_rounds=10)
+        result = await handle.result()
+    assert result.status == "completed" and (ws / "f4.txt").read_text() == content, result
+    messages = sink.exports[-1].open().logical_resume.messages
+    conversation = len(canonical_bytes([m.model_dump(mode="json") for m in messages]))
+    assert conversation > 5 * len(content)
+    history = await handle.fetch_history()
+    assert History(events=history.events).ByteSize() < 1.3 * conversation
+
+
+class Forgetful(FilesystemSessionStore):
+    """Stages, then cannot find what it staged: the next activity ran on another machine."""
+
+    async def staged_text(self, run_id: str, digest: str) -> str | None:
+        return None
+
+
+async def test_staged_arguments_and_outputs_that_vanish_are_sent_whole(
+    client: Client, tmp_path: Path
+) -> None:
+    content = "".join(f"{i:05d} the quick brown fox\n" for i in range(500))
+    config = scripted_config(
+        tmp_path,
+        [tool_call("w1", "write", file_path="f.txt", content=content), read_call("r1", "f.txt"), final("ok")],
+        permissions={"allow": ["write(*)", "read(*)"], "default": "deny"},
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    sink = RecordingSink()
+    activities = AgentActivities(config, store=Forgetful(tmp_path / "store"), sinks={"local": sink})
+    queue = f"linear-{time.monotonic_ns()}"
+    async with build_worker(client, activities, queue):
+        handle = await start(client, queue, ws, "write then read", max_tool_rounds=5)
+        result = await handle.result()
+    assert result.status == "completed" and not result.persistence_failures, result
+    assert (ws / "f.txt").read_text() == content
+    names = summaries((await handle.fetch_history()).events)
+    assert names.count("write f.txt") == 2  # by reference, then with the arguments themselves
+    assert sum(n.startswith("restore run log") for n in names) == 2  # each save's staged part, sent whole
+    messages = sink.exports[-1].open().logical_resume.messages
+    [write] = [b for m in messages for b in m.tool_uses() if b.name == "write"]
+    assert write.input["content"] == content
+    results = [b for m in messages for b in m.content if isinstance(b, ToolResultBlock)]
+    assert results[-1].content.count("the quick brown fox") == 500

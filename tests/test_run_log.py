@@ -11,7 +11,7 @@ import pytest
 
 from activities.run_state import RunStates
 from activities.store import FilesystemSessionStore, MemorySessionStore, SessionStore
-from durable_agent.canonical import canonical_bytes
+from durable_agent.canonical import canonical_bytes, digest_of
 from durable_agent.checkpoint import RunRecord
 from durable_agent.loop import CARRIED_EVENTS, LoopState
 from durable_agent.models import (
@@ -34,6 +34,7 @@ from durable_agent.run_log import (
     LogRef,
     RunHeader,
     RunLog,
+    Staged,
     StateMissing,
     build_export,
     run_snapshot,
@@ -161,15 +162,25 @@ def test_staging_empties_the_named_outputs_and_the_restored_delta_keeps_its_dige
     delta = LogDelta(extend_last=(result("c", long_c),), messages=(STEP, results))
     entry = LogEntry.after(ref(3), delta)
     wire, staged = delta.staged({"a", "c", "z"})  # z: an output in an earlier entry
-    named = [(s.tool_use_id, s.digest) for s in staged]
-    assert named == [("c", text_digest(long_c)), ("a", text_digest(long_a))]
-    assert staged[1].size == STAGE_MIN_BYTES
+    named = [(s.kind, s.key, s.digest) for s in staged]
+    assert named == [("tool_result", "c", text_digest(long_c)), ("tool_result", "a", text_digest(long_a))]
     assert wire.extend_last == (result("c", ""),)
     assert wire.messages == (STEP, Message(role="user", content=(result("a", ""), result("b", short_b))))
     assert wire.chained(entry.parent) != entry.digest
-    restored = wire.with_results({"c": long_c, "a": long_a})
+    restored = wire.unstaged({staged[0]: long_c, staged[1]: long_a})
     assert restored == delta and restored.chained(entry.parent) == entry.digest
     assert delta.staged(set()) == delta.staged({"z"}) == (delta, ())
+
+
+def test_a_staged_model_message_is_named_by_its_index_and_digest() -> None:
+    long_step = Message(role="assistant", content=(TextBlock(text="x" * STAGE_MIN_BYTES), CALL_A))
+    delta = LogDelta(messages=(msg("hi"), long_step))
+    entry = LogEntry.after(ref(1), delta)
+    wire, staged = delta.staged(set(), {digest_of(long_step), "sha256:other"})
+    assert staged == (Staged(kind="message", key="1", digest=digest_of(long_step)),)
+    assert wire.messages == (msg("hi"), Message(role="assistant", content=()))
+    restored = wire.unstaged({staged[0]: canonical_bytes(long_step).decode()})
+    assert restored == delta and restored.chained(entry.parent) == entry.digest
 
 
 def test_the_loop_names_staged_outputs_until_a_save_is_acknowledged() -> None:
@@ -183,7 +194,7 @@ def test_the_loop_names_staged_outputs_until_a_save_is_acknowledged() -> None:
     second = state.take_entry()
     assert first is not None and second is not None
     assert state.staged_ids == {"a"}  # a failed save: the next one still names it
-    assert first.delta.staged(state.staged_ids)[1][0].tool_use_id == "a"
+    assert first.delta.staged(state.staged_ids)[1][0].key == "a"
     assert second.delta.staged(state.staged_ids) == (second.delta, ())
     state.mark_stored()
     assert state.staged_ids == set() and state.stored == state.head and state.unstored() == []

@@ -22,6 +22,7 @@ from workflows.approvals import summarize_arguments
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from durable_agent.canonical import canonical_bytes
     from durable_agent.errors import validation_message
     from durable_agent.loop import LoopState
     from durable_agent.models import (
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallInput,
         ToolOutput,
     )
+    from durable_agent.run_log import STAGE_MIN_BYTES
     from durable_agent.tool_specs import ToolCallError, find_offer, permission_target
 
 
@@ -65,6 +67,7 @@ from workflows.run_base import (
     RunFailed,
     call_summary,
     failure_message,
+    missing_state,
     now_ms,
 )
 
@@ -217,24 +220,42 @@ class AgentRun(RunBase):
         if reason is not None:
             state.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=reason), now_ms())
             return ToolOutput(content=reason, is_error=True)
-        self._details(f"running `{call_summary(call, target)}`")
+        summary = call_summary(call, target)
+        self._details(f"running `{summary}`")
+        inline = ToolCallInput(
+            run_id=plan.run_id,
+            workspace=plan.workspace,
+            call_id=call.id,
+            name=call.name,
+            arguments=call.input,
+        )
+        try:
+            if state.step_message is not None and len(canonical_bytes(call.input)) >= STAGE_MIN_BYTES:
+                # long arguments (a file to write) are in the model's message, which its activity staged
+                by_ref = inline.model_copy(update={"arguments": {}, "arguments_in": state.step_message})
+                return await self._run_tool(by_ref, summary, inline)
+            return await self._run_tool(inline, summary)
+        except ActivityError as exc:
+            return ToolOutput(content=f"tool {call.name!r} failed: {failure_message(exc)}", is_error=True)
+
+    async def _run_tool(
+        self, inp: ToolCallInput, summary: str, inline: ToolCallInput | None = None
+    ) -> ToolOutput:
+        """Run the tool call; with ``inline``, again with it should the staged arguments be missing."""
+        plan = self._plan()
         try:
             return await self._activity(
                 ACTIVITY_TOOL,
-                ToolCallInput(
-                    run_id=plan.run_id,
-                    workspace=plan.workspace,
-                    call_id=call.id,
-                    name=call.name,
-                    arguments=call.input,
-                ),
+                inp,
                 ToolOutput,
-                summary=call_summary(call, target),
+                summary=summary,
                 timeout=plan.timeouts.tool_seconds,
                 retry=RetryPolicy(maximum_attempts=3),
             )
         except ActivityError as exc:
-            return ToolOutput(content=f"tool {call.name!r} failed: {failure_message(exc)}", is_error=True)
+            if inline is None or not missing_state(exc)[0]:
+                raise
+        return await self._run_tool(inline, summary)
 
     async def _ask(self, state: LoopState, call: ToolUseBlock, target: str | None) -> str | None:
         """Wait, durably, for a person's decision; the denial's reason, or None when approved."""

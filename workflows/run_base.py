@@ -310,11 +310,11 @@ class RunBase:
         state.emit(CheckpointExportedEvent(turn=turn, content_digest=digest), now_ms())
 
     async def _save(self, state: LoopState) -> None:
-        """Send the store the entries it lacks; a long tool output goes by the digest it was staged under."""
+        """Send the store the entries it lacks; what an activity staged goes by its digest."""
         entries = state.unstored()
         if not entries:
             return
-        newest, staged = entries[-1].delta.staged(state.staged_ids)
+        newest, staged = entries[-1].delta.staged(state.staged_ids, state.staged_messages)
         wire = (*entries[:-1], entries[-1].model_copy(update={"delta": newest}))
         try:
             await self._activity(
@@ -488,6 +488,10 @@ class RunBase:
             assert self._state is not None
             self._state.emit(ErrorEvent(message=message), now_ms())
             raise RunFailed(message)
+
+    def _plan(self) -> RunPlan:
+        assert self._state is not None
+        return self._state.plan
 
     def _check_cancel(self) -> None:
         if self._cancel_requested:
