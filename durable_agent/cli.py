@@ -39,6 +39,10 @@ from durable_agent.run_io import (
     RunStatusView,
 )
 
+# Larger exports are resumed by path: a workflow input may hold 2 MB, and the export's
+# JSON file is a little larger than the export itself.
+RESUME_BY_VALUE_BYTES = 1_500_000
+
 
 def _err(message: str) -> None:
     print(f"durable-agent: {message}", file=sys.stderr, flush=True)
@@ -136,11 +140,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.command == "resume":
         from activities.sinks import read_export_file
 
+        path = Path(args.export).expanduser().absolute()
         try:
-            fields["resume_from"] = read_export_file(Path(args.export))
+            by_path = args.on_worker or path.stat().st_size > RESUME_BY_VALUE_BYTES
+            if by_path:
+                # too large for a workflow input: the worker reads it (a path on its machine)
+                fields["resume_from_file"] = str(path)
+            else:
+                fields["resume_from"] = read_export_file(path)
         except (OSError, ValueError) as exc:
             _err(f"resume: cannot read {args.export}: {exc}")
             return 2
+        if by_path and not args.on_worker:
+            print(f"the export is {path.stat().st_size:,} bytes: the worker reads it from {path}")
         fields["force_resume"] = args.force or None
     try:
         run = build_run_input(fields)
@@ -267,6 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", help="start a new run that goes on from an export file")
     resume.add_argument("export", metavar="EXPORT_JSON", help="a file the filesystem sink wrote")
     resume.add_argument("--force", action="store_true", help="even where the worker's tools or rules differ")
+    resume.add_argument(
+        "--on-worker",
+        action="store_true",
+        help="the worker reads the file (a path on its machine) instead of this command sending it; "
+        f"the default for files over {RESUME_BY_VALUE_BYTES:,} bytes",
+    )
     _run_options(resume)
 
     by_id = {

@@ -12,6 +12,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -105,6 +106,8 @@ def details_of(run: AgentRunInput) -> str:
     if run.resume_from is not None:
         d = run.resume_from.descriptor
         lines.append(f"**resumed from:** {d.session_id}/{d.run_id} turn {d.turn} `{d.content_digest}`")
+    if run.resume_from_file is not None:
+        lines.append(f"**resumed from:** `{run.resume_from_file}` on the worker")
     if run.permissions is not None:
         p = run.permissions
         lines.append(
@@ -127,6 +130,8 @@ async def start_run(
     if title is None:
         source = run.resume_payload()
         title = f"resumed: {source.source_run().snapshot.prompt}" if source else ""
+        if run.resume_from_file is not None:
+            title = f"resumed from {Path(run.resume_from_file).name}"
     return await client.start_workflow(
         WORKFLOW_TYPE,
         run.model_dump(mode="json", exclude_none=True),
@@ -140,7 +145,7 @@ async def start_run(
 
 async def resume_run(
     client: Client,
-    export: SessionCheckpointExportV1,
+    export: SessionCheckpointExportV1 | Path,
     *,
     workflow_id: str | None = None,
     queue: str | None = None,
@@ -148,13 +153,17 @@ async def resume_run(
 ) -> WorkflowHandle[Any, AgentRunResult]:
     """Start a new ``AgentRun`` that goes on from ``export``'s conversation.
 
-    The export is validated here first (a tampered or truncated one raises);
+    An export passed by value is validated here first (a tampered or truncated
+    one raises) and must fit in a workflow input (2 MB). A ``Path`` names an
+    export file on the worker's machine, for exports of any size: the worker
+    validates it and puts its conversation in the session store. Either way
     the worker refuses it where its tools or permissions differ, unless
     ``force_resume=True``. ``fields`` are other ``AgentRunInput`` fields.
     """
-    return await start_run(
-        client, AgentRunInput(resume_from=export, **fields), workflow_id=workflow_id, queue=queue
+    source: dict[str, Any] = (
+        {"resume_from_file": str(export)} if isinstance(export, Path) else {"resume_from": export}
     )
+    return await start_run(client, AgentRunInput(**source, **fields), workflow_id=workflow_id, queue=queue)
 
 
 async def follow_events(
@@ -163,7 +172,10 @@ async def follow_events(
     """Yield the run's events as they happen, through to its ``end`` event.
 
     Stops early, without an ``end``, if the workflow closes without one (for
-    example when its input was refused).
+    example when its input was refused). A run that has continued as new
+    holds the events of its current execution and the newest 64 before it:
+    a follower that starts later (or lags further) starts where they start;
+    the whole event log is in the run's exports.
     """
     async for item in _follow(handle, after, poll_seconds, live_text=False):
         if isinstance(item, EventRecord):

@@ -34,10 +34,19 @@ from durable_agent.run_io import (
     FinalStatus,
     FinishRunInput,
     PendingApproval,
+    ResumePoint,
     RunPlan,
     RunStatusView,
 )
-from durable_agent.run_log import ExportFacts, LogDelta, LogEntry, LogRef, RunHeader
+from durable_agent.run_log import (
+    ExportFacts,
+    LogDelta,
+    LogEntry,
+    LogRef,
+    RunHeader,
+    ends_in_results,
+    unanswered_calls,
+)
 
 # How many of its newest events a run carries into its next execution, for followers that lag.
 CARRIED_EVENTS = 64
@@ -52,18 +61,30 @@ class LoopState:
         now_ms: int,
         resume: LoopCheckpoint | None = None,
         prior_run_ids: tuple[str, ...] = (),
+        point: ResumePoint | None = None,
     ) -> None:
-        """A new run of ``plan``; with ``resume``, one that goes on from that checkpoint's conversation."""
+        """A new run of ``plan``; with ``resume``, one that goes on from that checkpoint's
+        conversation; with ``point``, from the conversation of an export file on the worker."""
         self._counters(plan, now_ms, prior_run_ids)
-        if resume is None:
-            first = [Message(role="user", content=(TextBlock(text=plan.prompt),))]
+        self._due_calls: list[ToolUseBlock]
+        self.seed_export: ExportSeed | None  # the export that holds this execution's seed
+        if point is not None:
+            # the file's conversation goes to the store as log version 1, not through the history
+            self._start_log(point.seed.log, [])
+            self.stored = LogRef(run_id=plan.run_id, version=0)
+            self.seed_export = point.seed
+            self.usage, self.open_results = point.usage, point.open_results
+            self._due_calls = list(point.due_calls)
         else:
-            first = list(resume.messages)
-        # a resumed conversation's running total goes on: it is what the conversation cost
-        self.usage = resume.total_usage if resume is not None else TokenUsage()
-        self._start_log(LogRef(run_id=plan.run_id, version=0), first)
-        self.open_results = _is_results(first[-1]) if first else False
-        self._due_calls: list[ToolUseBlock] = _unanswered(first)
+            if resume is None:
+                first = [Message(role="user", content=(TextBlock(text=plan.prompt),))]
+            else:
+                first = list(resume.messages)
+            # a resumed conversation's running total goes on: it is what the conversation cost
+            self.usage = resume.total_usage if resume is not None else TokenUsage()
+            self._start_log(LogRef(run_id=plan.run_id, version=0), first)
+            self.open_results = ends_in_results(first)
+            self._due_calls = unanswered_calls(first)
         source = plan.resumed_from
         lineage = (
             f"{source.session_id}/{source.run_id} at turn {source.turn}, {source.content_digest}"
@@ -91,7 +112,7 @@ class LoopState:
         self._due_calls = []
         self.step_message: str | None = None
         self.last_export: ExportSeed | None = None  # the newest export this run delivered
-        self.seed_export: ExportSeed | None = None  # the export that holds this execution's seed
+        self.seed_export = None
 
     def _start_log(self, seed: LogRef, messages: list[Message]) -> None:
         # the log as this execution found it; the store holds it (or the run's last export does)
@@ -235,8 +256,8 @@ class LoopState:
             whole = LogDelta(replace=True, messages=carried.messages, events=carried.events)
             state.journal.append(LogEntry.after(genesis, whole))
             state.head = state.journal[0].ref(plan.run_id)
-            state.open_results = bool(carried.messages) and _is_results(carried.messages[-1])
-            state._due_calls = _unanswered(list(carried.messages))
+            state.open_results = ends_in_results(list(carried.messages))
+            state._due_calls = unanswered_calls(list(carried.messages))
         return state
 
     def carry(self, executions: int) -> CarriedState:
@@ -353,22 +374,3 @@ class LoopState:
             export_failures=tuple(self.export_failures),
             persistence_failures=tuple(self.persistence_failures),
         )
-
-
-def _is_results(message: Message) -> bool:
-    return message.role == "user" and all(isinstance(b, ToolResultBlock) for b in message.content)
-
-
-def _unanswered(messages: list[Message]) -> list[ToolUseBlock]:
-    """The calls of the last assistant message that no later message answers."""
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if message.role == "assistant":
-            answered = {
-                block.tool_use_id
-                for later in messages[index + 1 :]
-                for block in later.content
-                if isinstance(block, ToolResultBlock)
-            }
-            return [call for call in message.tool_uses() if call.id not in answered]
-    return []

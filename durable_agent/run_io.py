@@ -57,6 +57,12 @@ class AgentRunInput(BaseModel):
     resume_from: SessionCheckpointExportV1 | None = Field(
         None, description="An export to go on from: the model sees its conversation."
     )
+    resume_from_file: str | None = Field(
+        None,
+        min_length=1,
+        description="An export file on the worker's machine to go on from: for an export too large to "
+        "pass as input (a workflow input may hold 2 MB).",
+    )
     force_resume: bool = Field(
         False, description="Resume even where the worker's tools or permissions differ from the export's."
     )
@@ -82,7 +88,9 @@ class AgentRunInput(BaseModel):
 
     @model_validator(mode="after")
     def _prompt_or_resume(self) -> AgentRunInput:
-        if self.prompt is None and self.resume_from is None:
+        if self.resume_from is not None and self.resume_from_file is not None:
+            raise ValueError("give resume_from or resume_from_file, not both")
+        if self.prompt is None and self.resume_from is None and self.resume_from_file is None:
             raise ValueError("prompt is required (unless the run resumes from an export)")
         if self.resume_from is not None:
             try:
@@ -196,10 +204,12 @@ class ModelStepInput(Frozen):
 
 
 class OpenRunInput(Frozen):
-    """Start a run's log: its header (the store adds the session's ended runs) and first entry."""
+    """Start a run's log: its header (the store adds the session's ended runs) and first entry
+    (after the conversation in ``resumed``, for a run resumed from an export file)."""
 
     header: RunHeader
     seed: LogEntry
+    resumed: ExportSeed | None = None
 
 
 class RunOpened(Frozen):
@@ -207,12 +217,33 @@ class RunOpened(Frozen):
 
 
 class ExportSeed(Frozen):
-    """A run's last export, which holds its log at ``log``: where a continued run's
-    starting state is, should the store have lost it."""
+    """An export that holds a run's log at ``log``: where its starting state is, should
+    the store have lost it. A continued run's last export, from its ``sink``; or the export
+    file (``path`` on the worker) a run was resumed from (``resumed``: its conversation only)."""
 
-    sink: str
+    sink: str | None = None
+    path: str | None = None
     descriptor: ExportDescriptor
     log: LogRef
+    resumed: bool = False
+
+
+class ResumeFileInput(Frozen):
+    path: str
+    run_id: str
+
+
+class ResumePoint(Frozen):
+    """What a run resumed from an export file needs to know of it. The conversation goes
+    from the file to the store (``agent.open_run``), not through the history."""
+
+    seed: ExportSeed  # the conversation, as log version 1 of the new run
+    resumed_from: ResumedFrom
+    capability_binding: CapabilityBinding
+    prompt: str
+    usage: TokenUsage
+    due_calls: tuple[ToolUseBlock, ...] = ()
+    open_results: bool = False
 
 
 class SaveCheckpointInput(Frozen):
@@ -337,6 +368,7 @@ ACTIVITY_LOAD_SESSION = "agent.load_session"
 ACTIVITY_FINISH_RUN = "agent.finish_run"
 ACTIVITY_EXPORT = "agent.export_checkpoint"
 ACTIVITY_OPEN_RUN = "agent.open_run"
+ACTIVITY_READ_RESUME = "agent.read_resume"
 
 
 class CarriedState(Frozen):

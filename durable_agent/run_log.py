@@ -34,7 +34,15 @@ from durable_agent.checkpoint import (
     SessionCheckpointExportV1,
     SessionSnapshot,
 )
-from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolDefinition, ToolResultBlock
+from durable_agent.models import (
+    EventRecord,
+    Frozen,
+    Message,
+    TokenUsage,
+    ToolDefinition,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 
 GENESIS: Final = "sha256:" + "0" * 64
 STATE_MISSING: Final = "StateMissing"  # the ApplicationError type an activity raises
@@ -233,6 +241,29 @@ class RunLog:
             )
         messages.extend(pending.messages)
         return messages
+
+
+def unanswered_calls(messages: Sequence[Message]) -> list[ToolUseBlock]:
+    """The calls of the last assistant message that no later message answers."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == "assistant":
+            answered = {
+                block.tool_use_id
+                for later in messages[index + 1 :]
+                for block in later.content
+                if isinstance(block, ToolResultBlock)
+            }
+            return [call for call in message.tool_uses() if call.id not in answered]
+    return []
+
+
+def ends_in_results(messages: Sequence[Message]) -> bool:
+    """Whether the last message holds tool results (that more results of its step may join)."""
+    last = messages[-1] if messages else None
+    return (
+        last is not None and last.role == "user" and all(isinstance(b, ToolResultBlock) for b in last.content)
+    )
 
 
 class ExportFacts(Frozen):

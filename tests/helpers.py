@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,7 +20,7 @@ from durable_agent.checkpoint import SessionCheckpointExportV1
 from durable_agent.client import start_run
 from durable_agent.config import AgentConfig, parse_config
 from durable_agent.models import Message, ModelResponse
-from durable_agent.run_io import AgentRunInput, AgentRunResult, ModelCallInput
+from durable_agent.run_io import AgentRunInput, AgentRunResult, ModelCallInput, RunStatusView
 from worker import build_worker
 
 
@@ -58,6 +59,11 @@ def scripted_config(
         else:
             data[key] = value
     return parse_config(data, tmp)
+
+
+def read_cap_text() -> str:
+    """About 100 KB of text: what one ``read`` returns at most (a 2.5 MB conversation is 25 reads)."""
+    return "".join(f"{i:06d} {'lorem ipsum dolor sit amet ' * 3}\n" for i in range(1200))
 
 
 def workspace_with(tmp: Path, files: dict[str, str]) -> Path:
@@ -125,3 +131,15 @@ class RecordingProvider:
     async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
         self.seen.append(call.messages)
         return await self.inner.complete(call, model, on_text)
+
+
+async def awaiting_approval(
+    handle: WorkflowHandle[Any, AgentRunResult], timeout: float = 20
+) -> RunStatusView:
+    """The run's status once a call waits for approval (or when ``timeout`` is up)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = await handle.query("status", result_type=RunStatusView)
+        if status.pending_approvals or time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.1)

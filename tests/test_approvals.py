@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,16 @@ from durable_agent.models import (
     ToolEndEvent,
 )
 from durable_agent.run_io import AgentRunResult, ApprovalAnswer, ApprovalDecision, RunStatusView
-from tests.helpers import RecordingSink, final, read_call, running_worker, scripted_config, start, tool_call
+from tests.helpers import (
+    RecordingSink,
+    awaiting_approval,
+    final,
+    read_call,
+    running_worker,
+    scripted_config,
+    start,
+    tool_call,
+)
 from worker import build_worker
 
 PERMISSIONS = {"allow": ["read(a.txt)"], "deny": ["read(.env)"], "ask": ["ls"], "default": "deny"}
@@ -30,15 +38,6 @@ def workspace(tmp_path: Path) -> Path:
     (ws / "a.txt").write_text("alpha\n")
     (ws / ".env").write_text("TOKEN=x\n")
     return ws
-
-
-async def pending(handle: WorkflowHandle[Any, AgentRunResult], timeout: float = 10) -> RunStatusView:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = await handle.query("status", result_type=RunStatusView)
-        if status.pending_approvals or time.monotonic() > deadline:
-            return status
-        await asyncio.sleep(0.1)
 
 
 async def decide(
@@ -60,7 +59,7 @@ async def test_allowed_denied_and_approved_calls_in_one_run(client: Client, tmp_
     sink = RecordingSink()
     async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
         handle = await start(client, queue, workspace(tmp_path), session_id="approval-session")
-        status = await pending(handle)
+        status = await awaiting_approval(handle)
         assert status.status == "awaiting_approval"
         [waiting] = status.pending_approvals
         assert (waiting.call_id, waiting.tool, waiting.target) == ("l1", "ls", ".")
@@ -100,7 +99,7 @@ async def test_a_denial_reaches_the_model_with_its_reason(client: Client, tmp_pa
     sink = RecordingSink()
     async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
         handle = await start(client, queue, workspace(tmp_path))
-        await pending(handle)
+        await awaiting_approval(handle)
         answer = await decide(handle, "l1", False, "not in this repo")
         assert not answer.approved
         result = await handle.result()
@@ -116,7 +115,7 @@ async def test_unknown_or_repeated_decisions_are_rejected_before_history(
     config = scripted_config(tmp_path, [tool_call("l1", "ls", path="."), final()], permissions=PERMISSIONS)
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, workspace(tmp_path))
-        await pending(handle)
+        await awaiting_approval(handle)
         with pytest.raises(WorkflowUpdateFailedError) as unknown:
             await decide(handle, "nope", True)
         assert "'nope' is not waiting for approval (waiting: l1)" in str(unknown.value.cause)
@@ -153,11 +152,11 @@ async def test_the_wait_survives_a_worker_restart(client: Client, tmp_path: Path
     ws = workspace(tmp_path)
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, ws)
-        await pending(handle)
+        await awaiting_approval(handle)
     # no worker at all now; the run waits in the server, costing nothing
     await asyncio.sleep(1)
     async with build_worker(client, AgentActivities(config), queue):
-        status = await pending(handle)
+        status = await awaiting_approval(handle)
         assert [p.call_id for p in status.pending_approvals] == ["l1"]
         await decide(handle, "l1", True)
         result = await handle.result()
@@ -168,7 +167,7 @@ async def test_cancel_while_waiting_for_approval(client: Client, tmp_path: Path)
     config = scripted_config(tmp_path, [tool_call("l1", "ls", path="."), final()], permissions=PERMISSIONS)
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, workspace(tmp_path))
-        await pending(handle)
+        await awaiting_approval(handle)
         await handle.signal("cancel", "nobody is around")
         result = await asyncio.wait_for(handle.result(), 10)
         status = await handle.query("status", result_type=RunStatusView)

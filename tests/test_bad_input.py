@@ -15,7 +15,16 @@ from activities import AgentActivities
 from durable_agent.canonical import canonical_bytes
 from durable_agent.models import PermissionDeniedEvent, ToolEndEvent
 from durable_agent.run_io import WORKFLOW_TYPE, AgentRunResult
-from tests.helpers import RecordingSink, final, read_call, running_worker, scripted_config, start, tool_call
+from tests.helpers import (
+    RecordingSink,
+    final,
+    read_call,
+    read_cap_text,
+    running_worker,
+    scripted_config,
+    start,
+    tool_call,
+)
 
 
 async def test_bad_tool_calls_become_tool_errors_the_model_sees(client: Client, tmp_path: Path) -> None:
@@ -156,9 +165,7 @@ async def test_a_conversation_larger_than_a_temporal_payload_goes_on_and_enters_
     # 25 reads of 100 KB: a 2.5 MB conversation, past the 2 MB a payload may hold
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "big.txt").write_text(
-        "".join(f"{i:06d} {'lorem ipsum dolor sit amet ' * 3}\n" for i in range(1200))
-    )
+    (ws / "big.txt").write_text(read_cap_text())
     reads = [read_call(f"r{i}", "big.txt") for i in range(25)]
     config = scripted_config(tmp_path, [*reads, final("read it all")])
     sink = RecordingSink()

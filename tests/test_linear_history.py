@@ -4,7 +4,6 @@ or from its last export after a continue-as-new."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -16,10 +15,19 @@ from temporalio.client import Client, WorkflowHandle
 from activities import AgentActivities
 from activities.store import FilesystemSessionStore
 from durable_agent.canonical import canonical_bytes
+from durable_agent.client import resume_run
 from durable_agent.config import AgentConfig
 from durable_agent.models import ToolResultBlock
-from durable_agent.run_io import AgentRunResult, ApprovalAnswer, ApprovalDecision, RunStatusView
-from tests.helpers import RecordingSink, final, read_call, scripted_config, start, tool_call
+from durable_agent.run_io import AgentRunResult, ApprovalAnswer, ApprovalDecision
+from tests.helpers import (
+    RecordingSink,
+    awaiting_approval,
+    final,
+    read_call,
+    scripted_config,
+    start,
+    tool_call,
+)
 from worker import build_worker
 
 PERMISSIONS = {"allow": ["read(*)"], "ask": ["ls"], "default": "deny"}
@@ -48,21 +56,12 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
-async def waiting_for_approval(handle: WorkflowHandle[Any, AgentRunResult]) -> RunStatusView:
-    deadline = time.monotonic() + 20
-    while True:
-        status = await handle.query("status", result_type=RunStatusView)
-        if status.pending_approvals or time.monotonic() > deadline:
-            return status
-        await asyncio.sleep(0.1)
-
-
 async def approve_on(
     client: Client, activities: AgentActivities, queue: str, handle: WorkflowHandle[Any, AgentRunResult]
 ) -> AgentRunResult:
     """Approve the waiting ``ls`` with a worker (another machine's) running, and wait for the end."""
     async with build_worker(client, activities, queue):
-        assert [p.call_id for p in (await waiting_for_approval(handle)).pending_approvals] == ["l1"]
+        assert [p.call_id for p in (await awaiting_approval(handle)).pending_approvals] == ["l1"]
         await handle.execute_update(
             "approve", ApprovalDecision(call_id="l1", approved=True), result_type=ApprovalAnswer
         )
@@ -87,7 +86,7 @@ async def run_until_approval(
 ) -> WorkflowHandle[Any, AgentRunResult]:
     async with build_worker(client, activities, queue):
         handle = await start(client, queue, workspace(tmp_path), "read a.txt six times", max_tool_rounds=10)
-        status = await waiting_for_approval(handle)
+        status = await awaiting_approval(handle)
         assert status.turn == READS
     return handle
 
@@ -164,7 +163,7 @@ async def test_a_store_that_cannot_stage_costs_history_bytes_not_the_run(
     queue = f"linear-{time.monotonic_ns()}"
     async with build_worker(client, activities, queue):
         handle = await start(client, queue, ws, "read", max_tool_rounds=10)
-        await waiting_for_approval(handle)
+        await awaiting_approval(handle)
         await handle.execute_update(
             "approve", ApprovalDecision(call_id="l1", approved=True), result_type=ApprovalAnswer
         )
@@ -245,3 +244,30 @@ async def test_staged_arguments_and_outputs_that_vanish_are_sent_whole(
     assert write.input["content"] == content
     results = [b for m in messages for b in m.content if isinstance(b, ToolResultBlock)]
     assert results[-1].content.count("the quick brown fox") == 500
+
+
+async def test_a_run_resumed_from_a_file_recovers_a_lost_store_from_that_file(
+    client: Client, tmp_path: Path
+) -> None:
+    ws = workspace(tmp_path)
+    reads = [read_call("r1", "a.txt"), read_call("r2", "a.txt")]
+    source_config = scripted_config(tmp_path, [*reads, final("source done")], permissions=PERMISSIONS)
+    queue = f"linear-{time.monotonic_ns()}"
+    async with build_worker(client, AgentActivities(source_config), queue):
+        await (await start(client, queue, ws, "read twice")).result()
+    [path] = sorted((tmp_path / "exports").rglob("turn-000002-*.json"))
+    resumed = [*reads, tool_call("l1", "ls", path="."), final("resumed done")]
+    extra: dict[str, Any] = {"permissions": PERMISSIONS}
+    here = scripted_config(tmp_path, resumed, store={"path": str(tmp_path / "store-a")}, **extra)
+    there = scripted_config(tmp_path, resumed, store={"path": str(tmp_path / "store-b")}, **extra)
+    sink = RecordingSink()
+    async with build_worker(client, AgentActivities(here, sinks={"local": sink}), queue):
+        handle = await resume_run(client, path, queue=queue, workspace=str(ws))
+        await awaiting_approval(handle)
+    result = await approve_on(client, AgentActivities(there, sinks={"local": sink}), queue, handle)
+    assert result.status == "completed" and result.text == "resumed done", result
+    assert not result.persistence_failures and [e.turn for e in result.exports] == [1]
+    assert tool_results(sink.exports[-1].content) == ["r1", "r2", "l1"]
+    run = sink.exports[-1].open().source_run()
+    assert run.snapshot.resumed_from is not None and run.events[0].event.type == "run_start"
+    assert any(s.startswith("restore run log") for s in summaries((await handle.fetch_history()).events))

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.service import RPCError
 
 from activities import AgentActivities
 from activities.providers import build_providers
+from activities.sinks import read_export_file
 from durable_agent.checkpoint import SessionCheckpointExportV1
 from durable_agent.client import ensure_search_attributes, resume_run
 from durable_agent.devserver import start_ephemeral_server
@@ -21,6 +25,7 @@ from tests.helpers import (
     RecordingSink,
     final,
     read_call,
+    read_cap_text,
     running_worker,
     scripted_config,
     start,
@@ -150,3 +155,63 @@ async def test_a_tampered_export_is_refused_with_its_typed_error(client: Client,
             await handle.result()
     assert "ContentDrift" in str(refused.value.cause)
     assert getattr(refused.value.cause, "type", None) == "InvalidRunInput"
+
+
+async def test_an_export_too_large_for_an_input_resumes_from_a_file_on_the_worker(
+    client: Client, tmp_path: Path
+) -> None:
+    # 25 reads of 100 KB: an export of 2.6 MB, more than a workflow input may hold
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "big.txt").write_text(read_cap_text())
+    responses = [*(read_call(f"r{i}", "big.txt") for i in range(25)), final("read it all")]
+    source_config = scripted_config(tmp_path, responses)
+    async with running_worker(client, AgentActivities(source_config)) as queue:
+        source = await (await start(client, queue, ws, "read big.txt", max_tool_rounds=30)).result()
+    path = sorted((tmp_path / "exports").rglob("turn-000025-*.json"))[0]
+    assert path.stat().st_size > 2_500_000
+    exported = read_export_file(path).open()
+    with pytest.raises(RPCError, match="size"):  # by value, it cannot even start
+        await resume_run(client, read_export_file(path), queue="nobody", workspace=str(ws))
+    config = scripted_config(tmp_path, responses)
+    model = RecordingProvider(build_providers(config)["scripted"])
+    sink = RecordingSink()
+    acts = AgentActivities(config, providers={"scripted": model}, sinks={"local": sink})
+    async with running_worker(client, acts) as queue:
+        handle = await resume_run(client, path, queue=queue, workspace=str(ws))
+        result = await handle.result()
+    assert result.status == "completed" and result.text == "read it all", result
+    assert result.run_id != source.run_id and result.tool_calls_count == 0 and result.exports == ()
+    assert model.seen == [exported.logical_resume.messages]  # the model sees the same conversation
+    history = await handle.fetch_history()
+    assert History(events=history.events).ByteSize() < 100_000  # the conversation went file -> store
+    # a run resumed from a file that goes on to a boundary exports the whole conversation
+    more = [*responses[:25], read_call("r25", "big.txt"), final("one more")]
+    config = scripted_config(tmp_path, more)
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        again = await (await resume_run(client, path, queue=queue, workspace=str(ws))).result()
+    assert again.status == "completed" and again.text == "one more", again
+    payload = sink.exports[-1].open()
+    assert payload.logical_resume.messages[:-2] == exported.logical_resume.messages
+    lineage = payload.source_run().snapshot.resumed_from
+    assert lineage is not None and lineage.content_digest == exported_digest(path)
+
+
+def exported_digest(path: Path) -> str:
+    return read_export_file(path).descriptor.content_digest
+
+
+async def test_a_missing_or_tampered_export_file_is_refused(client: Client, tmp_path: Path) -> None:
+    export = await first_export(client, tmp_path, RESPONSES)
+    tampered = tmp_path / "tampered.json"
+    document = {"descriptor": export.descriptor.model_dump(mode="json"), "content": export.content}
+    document["content"] = document["content"].replace("alpha", "ALPHA")
+    tampered.write_text(json.dumps(document))
+    config = scripted_config(tmp_path, RESPONSES)
+    async with running_worker(client, AgentActivities(config)) as queue:
+        for path, expected in [(tmp_path / "nowhere.json", "No such file"), (tampered, "ContentDrift")]:
+            handle = await resume_run(client, path, queue=queue, workspace=str(tmp_path / "workspace"))
+            with pytest.raises(WorkflowFailureError) as refused:
+                await handle.result()
+            assert expected in str(refused.value.cause)
+            assert getattr(refused.value.cause, "type", None) == "InvalidRunInput"

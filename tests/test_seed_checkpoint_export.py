@@ -157,6 +157,7 @@ async def test_checkpoint_export_failure_is_observable_but_does_not_halt_the_liv
     assert result.exports == ()
     [failure] = result.export_failures
     assert failure.turn == 1 and "deterministic export failure" in failure.reason
+    assert failure.content_digest == sink.exports[0].descriptor.content_digest  # what was not delivered
     assert status.export_failures == 1 and status.exports_delivered == 0
     events = [r.event.type for r in sink.exports[0].open().source_run().events]
     assert "tool_end" in events

@@ -21,6 +21,7 @@ from workflows.approvals import ApprovalBook
 with workflow.unsafe.imports_passed_through():
     from durable_agent.canonical import canonical_bytes
     from durable_agent.checkpoint import (
+        CapabilityBinding,
         CheckpointPayload,
         ExportDescriptor,
         ResumedFrom,
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_FINISH_RUN,
         ACTIVITY_LOAD_SESSION,
         ACTIVITY_OPEN_RUN,
+        ACTIVITY_READ_RESUME,
         ACTIVITY_RESOLVE,
         ACTIVITY_SAVE_CHECKPOINT,
         SA_RUN_STATUS,
@@ -53,6 +55,8 @@ with workflow.unsafe.imports_passed_through():
         LoadSessionInput,
         OpenRunInput,
         ResolveInput,
+        ResumeFileInput,
+        ResumePoint,
         RunOpened,
         RunPlan,
         SaveCheckpointInput,
@@ -162,9 +166,15 @@ class RunBase:
         )
         self._details("resolving the run against the worker config")
         resume = run_input.resume_payload()
-        plan = await self._resolve(run_input, resume)
-        if resume is not None and not run_input.force_resume:
-            self._check_binding(resume, plan)
+        point = await self._read_resume(run_input.resume_from_file) if run_input.resume_from_file else None
+        plan = await self._resolve(run_input, resume, point)
+        binding = (
+            resume.logical_resume.capability_binding
+            if resume is not None
+            else (point.capability_binding if point is not None else None)
+        )
+        if binding is not None and not run_input.force_resume:
+            self._check_binding(binding, plan)
         logical = resume.logical_resume if resume is not None else None
         if not workflow.patched(PATCH_LINEAR_HISTORY):
             prior_runs, load_failure = await self._session_runs(plan)
@@ -172,9 +182,26 @@ class RunBase:
             if load_failure:
                 self._persistence_failed(state, "load", load_failure)
             return state
-        state = self._state = LoopState(plan, now_ms(), logical)
+        state = self._state = LoopState(plan, now_ms(), logical, point=point)
         await self._open_run(state)
         return state
+
+    async def _read_resume(self, path: str) -> ResumePoint:
+        """Validate the export file on the worker; its conversation stays there until the run opens."""
+        self._details(f"reading the export to resume from: `{path}`")
+        try:
+            point: ResumePoint = await workflow.execute_activity(
+                ACTIVITY_READ_RESUME,
+                ResumeFileInput(path=path, run_id=self._run_id),
+                result_type=ResumePoint,
+                start_to_close_timeout=timedelta(seconds=60),
+                heartbeat_timeout=timedelta(seconds=20),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"read export {path}",
+            )
+            return point
+        except ActivityError as exc:
+            self._refuse(failure_message(exc))
 
     async def _open_run(self, state: LoopState) -> None:
         """Write the run's header and first log entry; the store names the session's ended runs."""
@@ -183,7 +210,12 @@ class RunBase:
         try:
             opened = await self._activity(
                 ACTIVITY_OPEN_RUN,
-                OpenRunInput(header=state.header(), seed=seed),
+                OpenRunInput(
+                    header=state.header(),
+                    seed=seed,
+                    # a run resumed from a file: the store gets its conversation from there
+                    resumed=state.seed_export if state.stored.version < state.seed.version else None,
+                ),
                 RunOpened,
                 summary=f"open run log in session {state.plan.session_id}",
                 timeout=state.plan.timeouts.checkpoint_seconds,
@@ -223,7 +255,12 @@ class RunBase:
         carried = state.carry(self._executions + 1)
         assert self._input is not None
         next_input = self._input.model_copy(
-            update={"resume_from": None, "prompt": state.plan.prompt, "continued": carried}
+            update={
+                "resume_from": None,
+                "resume_from_file": None,
+                "prompt": state.plan.prompt,
+                "continued": carried,
+            }
         )
         workflow.continue_as_new(next_input.model_dump(mode="json", exclude_none=True))
 
@@ -233,9 +270,9 @@ class RunBase:
         workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set("failed")])
         raise ApplicationError(message, type="InvalidRunInput", non_retryable=True)
 
-    def _check_binding(self, resume: CheckpointPayload, plan: RunPlan) -> None:
+    def _check_binding(self, binding: CapabilityBinding, plan: RunPlan) -> None:
         """Refuse to resume where this worker's tools or permissions are not the checkpoint's."""
-        differences = binding_differences(resume.logical_resume.capability_binding, plan.capability_binding)
+        differences = binding_differences(binding, plan.capability_binding)
         if differences:
             self._refuse(
                 "the checkpoint's capability binding differs from this worker's: "
@@ -243,9 +280,17 @@ class RunBase:
                 + " (resume with force_resume to go on anyway)"
             )
 
-    async def _resolve(self, run_input: AgentRunInput, resume: CheckpointPayload | None) -> RunPlan:
+    async def _resolve(
+        self, run_input: AgentRunInput, resume: CheckpointPayload | None, point: ResumePoint | None
+    ) -> RunPlan:
         facts: dict[str, Any] = {}
         prompt = run_input.prompt
+        if point is not None:
+            facts = {
+                "resumed_from": point.resumed_from,
+                "resume_permissions": point.capability_binding.permissions,
+            }
+            prompt = prompt or point.prompt
         if resume is not None:
             logical, source = resume.logical_resume, resume.source_run().snapshot
             facts = {

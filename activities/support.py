@@ -1,0 +1,54 @@
+"""What every activity here shares: heartbeating, and the two typed failures the workflow reads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from durable_agent.run_log import STATE_MISSING, StateMissing
+
+T = TypeVar("T")
+
+INVALID_RUN_INPUT = "InvalidRunInput"
+LIVE_TEXT_INTERVAL_SECONDS = 0.25
+
+
+def state_missing(exc: StateMissing) -> ApplicationError:
+    """Not retried: the workflow sends the missing entries again from its history, then retries."""
+    head = exc.head.model_dump(mode="json") if exc.head is not None else None
+    return ApplicationError(str(exc), head, type=STATE_MISSING, non_retryable=True)
+
+
+def usage_error(message: str) -> ApplicationError:
+    """A bad run input or config: fails at once, with the message the user sees."""
+    return ApplicationError(message, type=INVALID_RUN_INPUT, non_retryable=True)
+
+
+async def heartbeating(awaitable: Awaitable[T], details: Callable[[], object] | None = None) -> T:
+    """Await while heartbeating, so a cancel reaches the activity within seconds.
+
+    With ``details``, each heartbeat carries what it returns (a streaming model
+    call's text so far), and heartbeats come often enough for a follower to see
+    text appear; the worker's throttle decides how often they reach the server.
+    """
+    timeout = activity.info().heartbeat_timeout
+    interval = timeout.total_seconds() / 3 if timeout else 5.0
+    if details is not None:
+        interval = min(interval, LIVE_TEXT_INTERVAL_SECONDS)
+    task = asyncio.ensure_future(awaitable)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=interval)
+            if done:
+                return task.result()
+            activity.heartbeat(*(() if details is None else (details(),)))
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
