@@ -91,16 +91,17 @@ class RunLogActivities:
         try:
             if inp.header is not None:
                 await self.states.save_header(inp.header)
-            entries = [await self._unstage(inp, e) for e in inp.entries]
+            # only the newest entry names what was staged; the others come whole
+            entries = [await self._unstage(inp, e, e is inp.entries[-1]) for e in inp.entries]
             if inp.seed is not None:
                 entries.insert(0, await self._seed_from_export(inp.run_id, inp.seed))
             await heartbeating(self.states.append(inp.run_id, entries))
         except StateMissing as exc:
             raise state_missing(exc) from None
 
-    async def _unstage(self, inp: SaveCheckpointInput, entry: LogEntry) -> LogEntry:
+    async def _unstage(self, inp: SaveCheckpointInput, entry: LogEntry, newest: bool) -> LogEntry:
         """The entry with what the tool and model activities staged put back, checked against its digest."""
-        if inp.staged:
+        if inp.staged and newest:
             texts: dict[Staged, str] = {}
             for part in inp.staged:
                 text = await self.store.staged_text(inp.run_id, part.digest)

@@ -236,6 +236,8 @@ class RunLog:
         """The conversation with the messages not yet saved added (what the model sees)."""
         messages = list(self.messages)
         if pending.extend_last:
+            if not messages:
+                raise StateMissing(f"run {self.run_id!r}: no message for the pending tool results", self.ref)
             messages[-1] = messages[-1].model_copy(
                 update={"content": (*messages[-1].content, *pending.extend_last)}
             )

@@ -8,7 +8,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from temporalio.testing import ActivityEnvironment
 
+from activities import AgentActivities
 from activities.run_state import RunStates
 from activities.store import FilesystemSessionStore, MemorySessionStore, SessionStore
 from durable_agent.canonical import canonical_bytes, digest_of
@@ -25,7 +27,7 @@ from durable_agent.models import (
     ToolStartEvent,
     ToolUseBlock,
 )
-from durable_agent.run_io import CarriedState
+from durable_agent.run_io import CarriedState, OpenRunInput, SaveCheckpointInput
 from durable_agent.run_log import (
     GENESIS,
     STAGE_MIN_BYTES,
@@ -40,6 +42,7 @@ from durable_agent.run_log import (
     run_snapshot,
     text_digest,
 )
+from tests.helpers import final, scripted_config
 from tests.test_checkpoint_contract import plan
 
 RUN = plan().run_id
@@ -495,3 +498,35 @@ def test_an_export_is_the_folded_log_after_the_prior_runs() -> None:
     last = build_export(state.header(), folded([LogEntry.after(START, later)]), prior, facts)
     (*_, run) = last.open().snapshot.run_records
     assert run.snapshot.event_count == state.event_count > len(run.events)
+
+
+async def test_a_save_that_catches_up_unstages_only_its_newest_entry(tmp_path: Path) -> None:
+    """After a failed save the next one sends two entries: the older whole, the newest by digest."""
+    store = MemorySessionStore()
+    acts = AgentActivities(scripted_config(tmp_path, [final()]), store=store)
+    env = ActivityEnvironment()
+    state = LoopState(plan(), now_ms=1_000)
+    seed = state.take_entry()
+    assert seed is not None
+    await env.run(acts.open_run, OpenRunInput(header=state.header(), seed=seed))
+    state.mark_stored()
+    for step in ("a", "b"):  # two steps, each a long staged message and a long staged output
+        call = ToolUseBlock(id=step, name="read", input={"file_path": f"{step}.txt"})
+        message = Message(role="assistant", content=(TextBlock(text=step * STAGE_MIN_BYTES), call))
+        await store.stage_text(state.plan.run_id, digest_of(message), canonical_bytes(message).decode())
+        state.add_model_response(ModelResponse(message=message, staged=True), 2_000)
+        output = f"{step} output " * 200
+        await store.stage_text(state.plan.run_id, text_digest(output), output)
+        state.add_tool_result(call, output, False, 3_000, staged=True)
+        state.take_entry()  # the first step's save fails: its entry waits for the next
+    older, newest = state.unstored()
+    wire, staged = newest.delta.staged(state.staged_ids, state.staged_messages)
+    assert {s.kind for s in staged} == {"message", "tool_result"} and staged[0].key == "0"
+    entries = (older, newest.model_copy(update={"delta": wire}))
+    await env.run(
+        acts.save_checkpoint, SaveCheckpointInput(run_id=state.plan.run_id, entries=entries, staged=staged)
+    )
+    folded = RunLog(state.plan.run_id)
+    folded.apply_all(await store.read_log(state.plan.run_id, 0, 10))
+    assert folded.ref == state.head
+    assert [m.text()[:1] for m in folded.messages if m.role == "assistant"] == ["a", "b"]
