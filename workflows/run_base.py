@@ -469,9 +469,10 @@ class RunBase:
                     summary=f"finish run ({state.status}): drop its log",
                 ),
             )
-        except (ActivityError, RunFailed) as exc:
-            # after ``end`` there is no event to add: the result and status carry it
-            reason = failure_message(exc) if isinstance(exc, ActivityError) else str(exc)
+        except (ActivityError, RunFailed, RunCancelled) as exc:
+            # after ``end`` there is no event to add: the result and status carry it (a restore
+            # of a lost store, which a cancel stops, is the one way a cancel gets here)
+            reason = failure_message(exc) if isinstance(exc, ActivityError) else str(exc) or "cancelled"
             state.persistence_failures.append(f"finish failed: {reason}")
 
     # --- helpers --------------------------------------------------------------
