@@ -58,18 +58,18 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.tool_specs import ToolCallError, find_offer, permission_target
 
 
-from workflows.run_base import (
+from workflows.run_base import RunBase
+from workflows.run_core import (
     AWAITING_APPROVAL,
     RUN_STATUS_KEY,
     TEMPORAL_CANCEL_REASON,
-    RunBase,
     RunCancelled,
     RunFailed,
     call_summary,
     failure_message,
-    missing_state,
     now_ms,
 )
+from workflows.run_log_steps import missing_state
 
 
 @workflow.defn(name="AgentRun")
