@@ -3,8 +3,9 @@
 The workflow only orchestrates. The step logic lives in ``durable_agent.loop``
 and every side effect is an activity, named by the constants in
 ``durable_agent.run_io``. At each tool boundary it saves the logical
-checkpoint, then waits for the export sink to acknowledge the export, and only
-then asks the model again.
+checkpoint (what is new, appended to the run's log in the session store),
+then waits for the export sink to acknowledge the export built from it, and
+only then asks the model again.
 """
 
 from __future__ import annotations
