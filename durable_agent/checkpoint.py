@@ -198,8 +198,21 @@ class SessionCheckpointExportV1(Frozen):
     @classmethod
     def build(cls, payload: CheckpointPayload) -> SessionCheckpointExportV1:
         check_self_consistent(payload)
-        content = canonical_bytes(payload)
         logical = payload.logical_resume
+        # The content is the canonical JSON of the payload; encoding its two parts once each
+        # and joining them gives the same bytes (its keys sort as written here) at half the cost.
+        logical_bytes, snapshot_bytes = canonical_bytes(logical), canonical_bytes(payload.snapshot)
+        content = b"".join(
+            (
+                b'{"logical_resume":',
+                logical_bytes,
+                b',"schema":',
+                canonical_bytes(payload.schema_),
+                b',"snapshot":',
+                snapshot_bytes,
+                b"}",
+            )
+        )
         fields = {
             "schema": EXPORT_SCHEMA,
             "media_type": MEDIA_TYPE,
@@ -208,8 +221,8 @@ class SessionCheckpointExportV1(Frozen):
             "turn": logical.turn,
             "size_bytes": len(content),
             "content_digest": sha256_digest(content),
-            "snapshot_digest": digest_of(payload.snapshot),
-            "logical_resume_digest": digest_of(logical),
+            "snapshot_digest": sha256_digest(snapshot_bytes),
+            "logical_resume_digest": sha256_digest(logical_bytes),
         }
         descriptor = ExportDescriptor(**fields, descriptor_digest=digest_of(fields))
         return cls(descriptor=descriptor, content=content.decode("utf-8"))

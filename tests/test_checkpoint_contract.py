@@ -76,6 +76,10 @@ def test_the_same_boundary_always_gives_the_same_bytes() -> None:
     payload = a.open()
     assert payload.logical_resume.turn == 1
     assert payload.logical_resume.total_usage.total_tokens == 3
+    # built from its two parts, the content is the payload's canonical JSON all the same
+    assert content == canonical_bytes(payload)
+    assert a.descriptor.snapshot_digest == digest_of(payload.snapshot)
+    assert a.descriptor.logical_resume_digest == digest_of(payload.logical_resume)
 
 
 def test_successive_boundaries_differ_and_grow() -> None:
