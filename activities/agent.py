@@ -132,24 +132,14 @@ class AgentActivities(RunLogActivities):
         )
 
     @activity.defn(name=ACTIVITY_MODEL)
-    async def model_call(self, inp: ModelStepInput) -> ModelResponse:
-        """Ask the model for its next step, on the conversation in the run's log."""
+    async def model_call(self, inp: ModelStepInput | ModelCallInput) -> ModelResponse:
+        """Ask the model for its next step, on the conversation in the run's log (or, from a
+        worker before linear history, on the conversation given)."""
         provider_name, _, model = inp.model.partition("/")
         provider = self.providers.get(provider_name)
         if provider is None:
             raise usage_error(f"model provider {provider_name!r} is not configured on this worker")
-        try:
-            header = await self.states.header(inp.run_id)
-            conversation = (await self.states.read(inp.log)).with_pending(inp.pending)
-        except StateMissing as exc:
-            raise state_missing(exc) from None
-        call = ModelCallInput(
-            run_id=inp.run_id,
-            model=inp.model,
-            system_prompt=header.system_prompt,
-            messages=tuple(conversation),
-            tools=header.tools,
-        )
+        call = inp if isinstance(inp, ModelCallInput) else await self._conversation(inp)
         attempt = activity.info().attempt
         text: list[str] = []
         try:
@@ -166,6 +156,20 @@ class AgentActivities(RunLogActivities):
             ) from exc
         message = canonical_bytes(response.message).decode()
         return response.model_copy(update={"staged": await self._stage(inp.run_id, message)})
+
+    async def _conversation(self, inp: ModelStepInput) -> ModelCallInput:
+        try:
+            header = await self.states.header(inp.run_id)
+            conversation = (await self.states.read(inp.log)).with_pending(inp.pending)
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+        return ModelCallInput(
+            run_id=inp.run_id,
+            model=inp.model,
+            system_prompt=header.system_prompt,
+            messages=tuple(conversation),
+            tools=header.tools,
+        )
 
     @activity.defn(name=ACTIVITY_TOOL)
     async def tool_call(self, inp: ToolCallInput) -> ToolOutput:

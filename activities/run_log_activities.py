@@ -34,6 +34,9 @@ from durable_agent.run_io import (
     ExportInput,
     ExportSeed,
     FinishRunInput,
+    LegacyExportInput,
+    LegacyFinishRunInput,
+    LegacySaveCheckpointInput,
     LoadSessionInput,
     OpenRunInput,
     ResumeFileInput,
@@ -86,8 +89,12 @@ class RunLogActivities:
         return RunOpened(prior_run_ids=prior)
 
     @activity.defn(name=ACTIVITY_SAVE_CHECKPOINT)
-    async def save_checkpoint(self, inp: SaveCheckpointInput) -> None:
+    async def save_checkpoint(self, inp: SaveCheckpointInput | LegacySaveCheckpointInput) -> None:
         """Append entries to the run's logical checkpoint in the session store, durably."""
+        if isinstance(inp, LegacySaveCheckpointInput):
+            # a whole checkpoint, from a worker before linear history: the workflow, on this
+            # code now, finds its log missing when it next reads it and sends it again
+            return
         try:
             if inp.header is not None:
                 await self.states.save_header(inp.header)
@@ -188,8 +195,12 @@ class RunLogActivities:
         return SessionRuns(records=tuple(r for r in records if r.snapshot.id != inp.run_id))
 
     @activity.defn(name=ACTIVITY_FINISH_RUN)
-    async def finish_run(self, inp: FinishRunInput) -> None:
+    async def finish_run(self, inp: FinishRunInput | LegacyFinishRunInput) -> None:
         """Keep the ended run's record in its session, then drop its log."""
+        if isinstance(inp, LegacyFinishRunInput):  # the whole record, from an older worker
+            await heartbeating(self.store.save_run_record(inp.record))
+            await heartbeating(self.states.drop(inp.record.snapshot.id))
+            return
         try:
             header = await self.states.header(inp.log.run_id)
             run_log = await self.states.read(inp.log)
@@ -201,19 +212,18 @@ class RunLogActivities:
         await heartbeating(self.states.drop(inp.log.run_id))
 
     @activity.defn(name=ACTIVITY_EXPORT)
-    async def export_checkpoint(self, inp: ExportInput) -> ExportDescriptor:
+    async def export_checkpoint(self, inp: ExportInput | LegacyExportInput) -> ExportDescriptor:
         """Build the boundary's export from the run's log and hand it to the sink; return only
         once the sink holds it."""
         sink = self.sinks.get(inp.sink)
         if sink is None:
             raise ApplicationError(f"export sink {inp.sink!r} is not configured", non_retryable=True)
         try:
-            header = await self.states.header(inp.log.run_id)
-            run_log = await self.states.read(inp.log)
-        except StateMissing as exc:
-            raise state_missing(exc) from None
-        try:
-            export = build_export(header, run_log, await self.states.prior_runs(header), inp.facts)
+            if isinstance(inp, LegacyExportInput):  # built by a workflow before linear history
+                export = inp.export
+                export.open()
+            else:
+                export = await self._build_export(inp)
         except ExportError as exc:
             raise ApplicationError(
                 f"export failed its own validation: {exc}", type=type(exc).__name__, non_retryable=True
@@ -228,3 +238,11 @@ class RunLogActivities:
                 non_retryable=not exc.retryable,
             ) from exc
         return export.descriptor
+
+    async def _build_export(self, inp: ExportInput) -> SessionCheckpointExportV1:
+        try:
+            header = await self.states.header(inp.log.run_id)
+            run_log = await self.states.read(inp.log)
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+        return build_export(header, run_log, await self.states.prior_runs(header), inp.facts)

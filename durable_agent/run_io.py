@@ -15,6 +15,7 @@ from durable_agent.checkpoint import (
     CheckpointPayload,
     ExportDescriptor,
     ExportError,
+    LoopCheckpoint,
     ResumedFrom,
     RunRecord,
     RunStatus,
@@ -369,6 +370,23 @@ ACTIVITY_FINISH_RUN = "agent.finish_run"
 ACTIVITY_EXPORT = "agent.export_checkpoint"
 ACTIVITY_OPEN_RUN = "agent.open_run"
 ACTIVITY_READ_RESUME = "agent.read_resume"
+
+
+# The inputs that workers before linear history scheduled. An activity task an old worker
+# queued may be taken by a new one during a deploy; the activities accept these too.
+
+
+class LegacySaveCheckpointInput(Frozen):
+    checkpoint: LoopCheckpoint
+
+
+class LegacyExportInput(Frozen):
+    sink: str
+    export: SessionCheckpointExportV1
+
+
+class LegacyFinishRunInput(Frozen):
+    record: RunRecord
 
 
 class CarriedState(Frozen):
