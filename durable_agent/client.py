@@ -42,6 +42,8 @@ DEFAULT_NAMESPACE = "default"
 DEFAULT_TASK_QUEUE = "agent"
 SEARCH_ATTRIBUTES = (SA_SESSION_ID, SA_RUN_STATUS)
 
+log = logging.getLogger(__name__)
+
 
 def exit_process(code: int) -> NoReturn:
     """Flush and leave without the interpreter's teardown.
@@ -205,6 +207,15 @@ async def _follow(
             batch: list[EventRecord] = await handle.query(QUERY_EVENTS, after, result_type=list[EventRecord])
         except RPCError:
             batch = []  # no worker has the run right now (one is starting, or taking it over)
+        if batch and batch[0].sequence > after + 1:
+            # the run continued as new meanwhile and holds only its newest events
+            log.warning(
+                "events %d to %d of %s are no longer held by the run (it continued as new); "
+                "they are in its exports",
+                after + 1,
+                batch[0].sequence - 1,
+                handle.id,
+            )
         for record in batch:
             after = record.sequence
             yield record

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import Client
 
 from activities import AgentActivities
@@ -57,6 +58,26 @@ async def test_a_run_continues_as_new_and_stays_one_run(client: Client, tmp_path
     assert isinstance(followed[-1].event, EndEvent)
     tool_ends = [r.event.id for r in followed if isinstance(r.event, ToolEndEvent)]
     assert tool_ends == [f"r{i}" for i in range(1, N_READS + 1)]
+
+
+async def test_a_follower_that_starts_late_is_told_what_it_missed(
+    client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("alpha\n")
+    reads = [read_call(f"r{i}", "a.txt") for i in range(1, 21)]  # ~130 events, past the 64 carried
+    config = scripted_config(tmp_path, [*reads, final("done")], limits={"continue_as_new_events": 50})
+    async with running_worker(client, AgentActivities(config, sinks={"local": RecordingSink()})) as queue:
+        handle = await start(client, queue, ws, "read a.txt twenty times", max_tool_rounds=25)
+        result = await handle.result()
+        late = [record async for record in follow_events(handle)]
+    assert result.status == "completed"
+    # it gets what the last execution holds, in order through to the end, and is told the rest
+    first = late[0].sequence
+    assert first > 1 and [r.sequence for r in late] == list(range(first, first + len(late)))
+    assert isinstance(late[-1].event, EndEvent)
+    assert f"events 1 to {first - 1} of {handle.id} are no longer held by the run" in caplog.text
 
 
 async def test_status_approvals_and_cancel_reach_a_continued_run(client: Client, tmp_path: Path) -> None:
