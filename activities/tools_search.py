@@ -19,12 +19,13 @@ import stat
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
+
+import re2
 
 from activities.tools import ToolFailure, confine, is_inside
 from activities.tools_fs import is_binary
-from durable_agent.globs import translate
+from durable_agent.globs import GlobError, compile_glob
 from durable_agent.tool_args import (
     GLOB_MAX_RESULTS,
     GREP_MAX_FILE_BYTES,
@@ -39,8 +40,7 @@ VCS_FOLDERS = frozenset({".git", ".hg", ".svn"})
 _MAGIC = re.compile(r"[*?\[{]")
 
 
-@lru_cache(maxsize=256)
-def glob_regex(pattern: str) -> re.Pattern[str]:
+def glob_regex(pattern: str) -> re2._Regexp[str]:
     """A glob as a regular expression over ``/``-separated relative paths.
 
     ``*`` and ``?`` do not cross ``/``, ``**`` does (``a/**/b`` also matches
@@ -48,7 +48,10 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     alternatives. ``*`` matches names starting with a dot, as the permission
     patterns do.
     """
-    return re.compile(translate(pattern, extended=True), re.DOTALL)
+    try:
+        return compile_glob(pattern, extended=True)
+    except GlobError as exc:
+        raise ToolFailure(str(exc)) from None
 
 
 @dataclass

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal
 
+import re2
 from pydantic import field_validator
 
-from durable_agent.globs import translate
+from durable_agent.globs import GlobError, compile_glob
 from durable_agent.models import Frozen
 
 Decision = Literal["allow", "deny", "ask"]
@@ -56,14 +56,13 @@ def parse_rule(text: str) -> Rule:
     return Rule(tool, pattern)
 
 
-@lru_cache(maxsize=1024)
-def _compile(pattern: str) -> re.Pattern[str]:
+def _compile(pattern: str) -> re2._Regexp[str]:
     prefix = pattern.endswith(":*")
     body = pattern[:-2] if prefix else pattern
-    out = [translate(body, extended=False)]
-    if prefix:
-        out.append(r"(?:[\s:].*)?")
-    return re.compile("".join(out), re.DOTALL)
+    try:
+        return compile_glob(body, extended=False, suffix=r"(?:[\s:].*)?" if prefix else "")
+    except GlobError as exc:
+        raise InvalidRule(str(exc)) from None
 
 
 # Tools whose target is a shell command line.
