@@ -18,6 +18,17 @@ RUN groupadd --gid "${APP_GID}" agent \
     && useradd --uid "${APP_UID}" --gid "${APP_GID}" --create-home \
         --shell /usr/sbin/nologin agent
 
+# bubblewrap runs each bash command in a sandbox ([sandbox] in the worker's
+# config). Inside a container it needs namespaces that Docker's default
+# seccomp and AppArmor profiles refuse, so the compose stack's config
+# (deploy/worker.toml) sets kind = "none"; to sandbox bash in a container, run
+# it with --security-opt seccomp=unconfined --security-opt apparmor=unconfined
+# (or a profile that allows user namespaces) and drop that setting. A worker
+# whose sandbox cannot start refuses to start, saying why.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap \
+    && rm -rf /var/lib/apt/lists/*
+
 WORKDIR /app
 COPY . /app
 RUN pip install --no-cache-dir .

@@ -3,7 +3,9 @@
 Reads ``TEMPORAL_ADDRESS`` / ``TEMPORAL_NAMESPACE`` (and Temporal's config
 profiles) like Temporal's own tools, the task queue from ``AGENT_TASK_QUEUE``
 (default ``agent``) and the agent config from the TOML file named by
-``AGENT_CONFIG`` (a built-in default when unset).
+``AGENT_CONFIG`` (a built-in default when unset). A worker whose ``[sandbox]``
+cannot start here (no bubblewrap, no namespaces) refuses to start (exit 2)
+and says what to install.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import AgentActivities
+from activities.sandbox import sandbox_problem
 from durable_agent.client import connect, ensure_search_attributes, exit_process, task_queue
 from durable_agent.config import AgentConfig, ConfigError, load_config
 from workflows import AgentRun
@@ -60,6 +63,14 @@ async def main() -> int:
         activities = AgentActivities(config)
     except ConfigError as exc:
         print(f"worker: {exc}", file=sys.stderr)
+        return 2
+    problem = await asyncio.to_thread(sandbox_problem, config.sandbox)
+    if problem:
+        print(
+            f"worker: the bash sandbox cannot start: {problem} (install bubblewrap, or set [sandbox]"
+            ' kind = "none" in the config to run bash unsandboxed)',
+            file=sys.stderr,
+        )
         return 2
     client = await connect()
     await ensure_search_attributes(client)

@@ -10,7 +10,9 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.path_guard import READ_DENIED, check_resolved, read_denier
 from activities.providers import ModelProvider, ProviderError, build_providers
+from activities.redact import Redactor
 from activities.run_log_activities import RunLogActivities
 from activities.run_state import RunStates
 from activities.sinks import ExportSink, FilesystemExportSink
@@ -19,6 +21,7 @@ from activities.support import heartbeating, state_missing, usage_error
 from activities.tools import Tool, ToolFailure, builtin_tools
 from durable_agent.canonical import canonical_bytes
 from durable_agent.config import AgentConfig
+from durable_agent.json_limits import TOOL_ARGUMENTS_MAX_DEPTH, JsonLimitError, check_value
 from durable_agent.models import LiveText, Message, ModelResponse
 from durable_agent.run_io import (
     ACTIVITY_MODEL,
@@ -45,6 +48,17 @@ from durable_agent.tool_specs import (
 
 log = logging.getLogger(__name__)
 
+# The longest model answer (its message as canonical JSON) a step keeps. Temporal refuses a
+# workflow task's payloads past 2 MiB, and the run's end carries a final answer's text twice (its
+# ``text_delta`` and ``end`` events), next to whatever the last boundary did not save: past this,
+# the run fails at once with a clear error instead of a workflow task that fails for ever (or
+# eight paid retries of an answer that will never fit).
+MODEL_ANSWER_MAX_BYTES = 960 * 1024
+# A streaming answer's heartbeats carry at most this much of its text: followers show the rest
+# from the step's durable ``text_delta`` event.
+LIVE_TEXT_MAX_CHARS = 256 * 1024
+MODEL_ANSWER_TOO_LARGE = "ModelAnswerTooLarge"
+
 
 class AgentActivities(RunLogActivities):
     """Holds what a worker's activities use. Pass your own parts to embed or test."""
@@ -60,9 +74,11 @@ class AgentActivities(RunLogActivities):
     ) -> None:
         self.config = config
         self.providers = providers if providers is not None else build_providers(config)
-        self.tools = tools if tools is not None else builtin_tools()
+        self.tools = tools if tools is not None else builtin_tools(config.sandbox)
         self.store = store if store is not None else FilesystemSessionStore(config.store.path)
         self.states = RunStates(self.store)
+        # read once: the credentials this worker holds, kept out of every result
+        self.redact = Redactor.from_environment(config)
         self.sinks: dict[str, ExportSink] = (
             sinks
             if sinks is not None
@@ -145,17 +161,47 @@ class AgentActivities(RunLogActivities):
         try:
             response = await heartbeating(
                 provider.complete(call, model, text.append),
-                details=lambda: LiveText(attempt=attempt, text="".join(text)),
+                details=lambda: LiveText(attempt=attempt, text=self._live_text(text)),
             )
         except ProviderError as exc:
             raise ApplicationError(
-                str(exc),
+                self.redact(str(exc)),
                 type="ProviderError",
                 non_retryable=not exc.retryable,
                 next_retry_delay=exc.retry_after,
-            ) from exc
+            ) from None  # its cause's text would reach the history unredacted
+        for use in response.message.tool_uses():
+            # a host's own provider may not bound what it parses: deep input stops here, once
+            try:
+                check_value(use.input, max_depth=TOOL_ARGUMENTS_MAX_DEPTH)
+            except JsonLimitError as exc:
+                raise ApplicationError(
+                    f"model {inp.model}: the model's arguments for tool {use.name!r} are refused "
+                    f"(not retried): {exc}",
+                    type="ProviderError",
+                    non_retryable=True,
+                ) from None
+        if self.redact:
+            clean = self.redact.json_text(response.message.model_dump_json())
+            response = response.model_copy(update={"message": Message.model_validate_json(clean)})
         message = canonical_bytes(response.message).decode()
+        size = len(message.encode())
+        if size > MODEL_ANSWER_MAX_BYTES:
+            raise ApplicationError(
+                f"the model's answer is {size} bytes, over the {MODEL_ANSWER_MAX_BYTES} bytes one step "
+                "can keep; ask for shorter steps (a long file written in parts)",
+                type=MODEL_ANSWER_TOO_LARGE,
+                non_retryable=True,  # the same request would bring the same answer, billed again
+            )
         return response.model_copy(update={"staged": await self._stage(inp.run_id, message)})
+
+    def _live_text(self, parts: list[str]) -> str:
+        """The heartbeat's text so far: redacted, and bounded so that a heartbeat always fits."""
+        text = "".join(parts)
+        if len(text) > LIVE_TEXT_MAX_CHARS:
+            # a little past the cut, so that a credential across it is still seen whole
+            return self.redact(text[: LIVE_TEXT_MAX_CHARS + 1024])[:LIVE_TEXT_MAX_CHARS]
+        return self.redact(text)
 
     async def _conversation(self, inp: ModelStepInput) -> ModelCallInput:
         try:
@@ -180,16 +226,24 @@ class AgentActivities(RunLogActivities):
         arguments = inp.arguments if inp.arguments_in is None else await self._staged_arguments(inp)
         try:
             args = validate_args(tool.spec, arguments)
+            if (refused := check_resolved(inp, tool.spec, arguments)) is not None:
+                return refused
+            if inp.permissions is not None:
+                READ_DENIED.set(read_denier(inp.permissions, Path(inp.workspace).resolve()))
             content = await heartbeating(tool.run(args, Path(inp.workspace)))
         except (ToolCallError, ToolFailure) as exc:
-            return ToolOutput(content=str(exc), is_error=True)
+            return ToolOutput(content=self.redact(str(exc)), is_error=True)
         except Exception as exc:
-            if tool.spec.repeatable:
-                raise  # Temporal retries it
-            # a bug of ours, not the command's: do not run the command again for it
+            log.exception("tool %s of run %s failed", inp.name, inp.run_id)
+            # Temporal retries it, unless the tool is not safe to repeat: a bug of ours, not the
+            # command's, is no reason to run the command again. Without the cause chain, whose
+            # text would reach the history unredacted.
             raise ApplicationError(
-                f"{inp.name} failed: {exc}", type=type(exc).__name__, non_retryable=True
-            ) from exc
+                self.redact(f"{inp.name} failed: {exc}"),
+                type=type(exc).__name__,
+                non_retryable=not tool.spec.repeatable,
+            ) from None
+        content = self.redact(content)
         return ToolOutput(content=content, staged=await self._stage(inp.run_id, content))
 
     async def _staged_arguments(self, inp: ToolCallInput) -> dict[str, Any]:

@@ -13,11 +13,13 @@ import os
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from durable_agent import json_limits
 from durable_agent.config import AgentConfig, ConfigError, OpenAIProviderConfig, ScriptedProviderConfig
+from durable_agent.errors import validation_message
 from durable_agent.models import Message, ModelResponse, TextBlock, TokenUsage, ToolUseBlock
 from durable_agent.run_io import ModelCallInput
 
@@ -66,6 +68,15 @@ class ScriptedToolCall(_Strict):
     id: str | None = None
     name: str
     input: dict[str, object] = Field(default_factory=dict)
+    # The arguments as the text a model writes (JSON, or not): to play a model whose
+    # output is malformed. Parsed at call time, as the HTTP providers parse theirs.
+    arguments: str | None = None
+
+    @model_validator(mode="after")
+    def _input_or_arguments(self) -> ScriptedToolCall:
+        if self.input and self.arguments is not None:
+            raise ValueError("give input or arguments, not both")
+        return self
 
 
 class ScriptedResponse(_Strict):
@@ -81,12 +92,16 @@ class Script(_Strict):
 
 
 def load_script(path: Path) -> Script:
+    """The script in ``path``; ``ConfigError`` (one line) if it is missing, not JSON or invalid."""
+    where = f"scripted model file {str(path)!r}"
     try:
-        return Script.model_validate_json(path.read_bytes())
+        return Script.model_validate(json_limits.loads(path.read_bytes()))
     except FileNotFoundError:
-        raise ConfigError(f"scripted model file {str(path)!r} does not exist") from None
+        raise ConfigError(f"{where} does not exist") from None
     except ValidationError as exc:
-        raise ConfigError(f"scripted model file {str(path)!r} is invalid: {exc}") from None
+        raise ConfigError(f"{where} is invalid: {validation_message(exc)}") from None
+    except ValueError as exc:  # not UTF-8, not JSON, or beyond json_limits
+        raise ConfigError(f"{where} is not JSON we accept: {exc}") from None
 
 
 class ScriptedProvider:
@@ -120,9 +135,8 @@ class ScriptedProvider:
         if scripted.text:
             blocks.append(TextBlock(text=scripted.text))
         for i, tc in enumerate(scripted.tool_calls):
-            blocks.append(
-                ToolUseBlock(id=tc.id or f"call-{step + 1}-{i + 1}", name=tc.name, input=dict(tc.input))
-            )
+            arguments = self._arguments(tc, model)
+            blocks.append(ToolUseBlock(id=tc.id or f"call-{step + 1}-{i + 1}", name=tc.name, input=arguments))
         if not blocks:
             blocks.append(TextBlock(text=""))
         return ModelResponse(
@@ -130,6 +144,28 @@ class ScriptedProvider:
             usage=scripted.usage,
             stop_reason="tool_use" if scripted.tool_calls else "end_turn",
         )
+
+    def _arguments(self, call: ScriptedToolCall, model: str) -> dict[str, Any]:
+        """The call's arguments within ``json_limits``; a script answers the same way every
+        time, so what is refused is not retried."""
+        where = f"scripted model {self.name}/{model}: the model's arguments for tool {call.name!r}"
+        limit = json_limits.TOOL_ARGUMENTS_MAX_DEPTH
+        text = call.arguments
+        try:
+            if text is None:
+                json_limits.check_value(call.input, max_depth=limit)
+                arguments: Any = dict(call.input)
+            else:
+                arguments = json_limits.loads(text, max_depth=limit)
+        except json_limits.JsonLimitError as exc:
+            raise ProviderError(f"{where} are refused (not retried): {exc}", retryable=False) from None
+        except ValueError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            text = text or ""
+            shown = text if len(text) <= 200 else text[:200] + "…"
+            raise ProviderError(f"{where} are not a JSON object: {shown}", retryable=False)
+        return arguments
 
     @staticmethod
     async def _stream(text: str, seconds: float, on_text: TextSink) -> None:

@@ -24,6 +24,7 @@ from durable_agent.checkpoint import (
     RunRecord,
     SessionCheckpointExportV1,
 )
+from durable_agent.models import TextDeltaEvent
 from durable_agent.run_io import (
     ACTIVITY_EXPORT,
     ACTIVITY_FINISH_RUN,
@@ -207,7 +208,11 @@ class RunLogActivities:
         except StateMissing as exc:
             raise state_missing(exc) from None
         events = (*run_log.events, *inp.events)
-        snapshot = run_snapshot(header, events, inp.status, inp.updated_at_ms, inp.result_text, inp.error)
+        result_text = inp.result_text
+        if inp.result_is_last_text:
+            texts = [r.event.text for r in inp.events if isinstance(r.event, TextDeltaEvent)]
+            result_text = texts[-1] if texts else None
+        snapshot = run_snapshot(header, events, inp.status, inp.updated_at_ms, result_text, inp.error)
         await heartbeating(self.store.save_run_record(RunRecord(snapshot=snapshot, events=events)))
         await heartbeating(self.states.drop(inp.log.run_id))
 

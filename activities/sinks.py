@@ -9,7 +9,7 @@ from typing import Protocol
 
 from activities.files import write_atomic
 from activities.store import safe_name
-from durable_agent.checkpoint import ExportDescriptor, SessionCheckpointExportV1
+from durable_agent.checkpoint import ExportDescriptor, SessionCheckpointExportV1, read_export
 
 
 class SinkError(Exception):
@@ -74,5 +74,5 @@ class FilesystemExportSink:
 
 
 def read_export_file(path: Path) -> SessionCheckpointExportV1:
-    """Read a file the filesystem sink wrote (not yet validated: call ``open()``)."""
-    return SessionCheckpointExportV1.model_validate_json(path.read_bytes())
+    """Read a file the filesystem sink wrote, within the JSON limits (call ``open()`` to validate it)."""
+    return read_export(path)

@@ -9,7 +9,8 @@ or written.
 The activity runs each tool under ``heartbeating``, so a cancel reaches the
 tool's coroutine as ``asyncio.CancelledError``. Tools that block run in a
 thread; the long ones (glob, grep) watch a stop flag so that a cancelled
-search ends instead of running on in its thread.
+search ends instead of running on in its thread, and run in threads of their
+own so that searches never hold up the other tools.
 
 Temporal runs activities at least once, so any tool call may run again after
 a worker crash; ``durable_agent.tool_specs`` documents what each repeat does.
@@ -18,12 +19,16 @@ a worker crash; ``durable_agent.tool_specs`` documents what each repeat does.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from durable_agent.config import SandboxConfig
 from durable_agent.tool_args import LS_MAX_ENTRIES, READ_MAX_BYTES, READ_MAX_LINE_CHARS, ToolArgs
 from durable_agent.tool_specs import BUILTIN_TOOLS, ToolSpec
 
@@ -78,17 +83,37 @@ def threaded(fn: Callable[[Any, Path], str]) -> ToolImpl:
     return run
 
 
+# Searches run in threads of their own, so a few long ones (each bounded, see ``tools_search``)
+# never keep the quick tools of other runs waiting for a thread of the shared default pool.
+SEARCH_THREADS = 4
+_search_pool: ThreadPoolExecutor | None = None
+
+
+def _searches() -> ThreadPoolExecutor:
+    global _search_pool
+    if _search_pool is None:
+        _search_pool = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="tool-search")
+    return _search_pool
+
+
 def stoppable(fn: Callable[[Any, Path, threading.Event], str]) -> ToolImpl:
     """Like ``threaded``, for a long tool that checks ``stop`` and returns early once it is set.
 
     A thread cannot be interrupted, so on cancel the flag is set and the
-    cancellation goes on at once; the search notices the flag between entries.
+    cancellation goes on at once; the search notices the flag between entries
+    and between lines, and no single step of it (one regular-expression call
+    included) takes more than a fraction of a second, so the thread ends soon
+    after. Searches have their own threads (``SEARCH_THREADS``): one that
+    waits for a thread and is cancelled never starts.
     """
 
     async def run(args: Any, workspace: Path) -> str:
         stop = threading.Event()
+        loop = asyncio.get_running_loop()
         try:
-            return await asyncio.to_thread(fn, args, workspace, stop)
+            return await loop.run_in_executor(
+                _searches(), functools.partial(contextvars.copy_context().run, fn, args, workspace, stop)
+            )
         except asyncio.CancelledError:
             stop.set()
             raise
@@ -96,10 +121,16 @@ def stoppable(fn: Callable[[Any, Path, threading.Event], str]) -> ToolImpl:
     return run
 
 
-def builtin_tools() -> dict[str, Tool]:
-    """The tools every worker has; tests and embedders may add their own."""
+def builtin_tools(sandbox: SandboxConfig | None = None) -> dict[str, Tool]:
+    """The tools every worker has; tests and embedders may add their own.
+
+    ``sandbox`` is where ``bash`` runs its commands (default: ``SandboxConfig()``, bubblewrap).
+    """
     # Imported here because those modules import this one's ``ToolFailure`` and ``confine``.
     from activities import tools_bash, tools_fs, tools_search
+
+    async def bash(args: Any, workspace: Path) -> str:
+        return await tools_bash.bash(args, workspace, sandbox)
 
     impls: dict[str, ToolImpl] = {
         "read": threaded(tools_fs.read),
@@ -108,7 +139,7 @@ def builtin_tools() -> dict[str, Tool]:
         "ls": threaded(tools_fs.ls),
         "glob": stoppable(tools_search.glob),
         "grep": stoppable(tools_search.grep),
-        "bash": tools_bash.bash,
+        "bash": bash,
     }
     return {name: Tool(BUILTIN_TOOLS[name], impl) for name, impl in impls.items()}
 

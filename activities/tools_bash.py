@@ -1,4 +1,4 @@
-"""The ``bash`` tool: one command, in the workspace, in its own process group.
+"""The ``bash`` tool: one command, in the workspace, in a sandbox of its own.
 
 The command runs as ``/bin/bash -c COMMAND`` with the workspace as its
 working folder, stdin from /dev/null and an environment built from an
@@ -6,12 +6,23 @@ allowlist (``environment``), so the worker's credentials (model API keys,
 Temporal certificates, cloud tokens) never reach it. HOME and TMPDIR point
 into a temporary folder made for the call and removed after it.
 
-The shell starts a new session, so it and everything it starts share one
-process group, which is stopped as a whole (SIGTERM, then SIGKILL after
-``KILL_GRACE_SECONDS``) when the command times out, when the run is
-cancelled, and when the shell exits leaving processes behind. A process that
-starts a session of its own (``setsid``, a daemon) escapes the group; nothing
-short of a container would stop it.
+With ``[sandbox] kind = "bubblewrap"`` (the default) the command runs in a
+bubblewrap sandbox (``activities.sandbox``): the workspace writable, the rest
+of the file system read-only, the worker's home and processes out of sight,
+no network unless the config allows it, and a PID namespace of its own, so
+that nothing it starts, ``setsid`` and daemons included, outlives the call,
+a timeout, a cancel or the worker's own death (even by ``kill -9``). There,
+an exit by a signal shows as exit code 128 + the signal's number, as shells
+report it (bwrap passes the status on that way).
+
+With ``kind = "none"`` the shell runs directly, as the worker's user, in a
+new session: it and everything it starts share one process group, which is
+stopped as a whole (SIGTERM, then SIGKILL after ``KILL_GRACE_SECONDS``) when
+the command times out, when the run is cancelled, and when the shell exits
+leaving processes behind; on Linux the shell is also killed when the worker
+dies. A process that starts a session of its own (``setsid``, a daemon)
+escapes the group and outlives the call and the worker: only the sandbox
+stops that.
 
 A repeat (Temporal runs activities at least once, so a call may run again
 after a worker crash) runs the command again. The tool cannot make an
@@ -23,17 +34,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import functools
 import os
 import pwd
 import shutil
 import signal
+import sys
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio import activity
 
+from activities import sandbox
 from activities.tools import ToolFailure, confine
+from durable_agent.config import SandboxConfig
 from durable_agent.tool_args import BASH_OUTPUT_HEAD_BYTES, BASH_OUTPUT_TAIL_BYTES, BashArgs
 
 SHELL = "/bin/bash"
@@ -187,6 +204,63 @@ async def stop_group(pgid: int) -> None:
         _signal_group(pgid, signal.SIGKILL)
 
 
+async def _wait_gone(pid: int, timeout: float) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while await asyncio.to_thread(sandbox.running, pid):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+async def stop_sandbox(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM all in the sandbox, give them ``KILL_GRACE_SECONDS``, then SIGKILL bwrap and its init.
+
+    The namespace's init ignores SIGTERM, and killing it (or bwrap, which
+    takes its init along) kills the rest: returns once the init is gone,
+    which the kernel allows only once the whole namespace is.
+    """
+    if proc.returncode is not None:  # bwrap ends only after its init, so after all inside
+        return
+    init = await asyncio.to_thread(sandbox.namespace_init, proc.pid)
+    try:
+        if init is not None:
+            for pid in await asyncio.to_thread(sandbox.namespace_members, init):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGTERM)
+            await _wait_gone(init, KILL_GRACE_SECONDS)
+    finally:
+        _signal_group(proc.pid, signal.SIGKILL)
+        if init is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(init, signal.SIGKILL)
+            await _wait_gone(init, KILL_GRACE_SECONDS)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_worker() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel SIGKILL the shell when the worker dies (Linux only).
+
+    It binds to the thread that starts the shell: the event loop's, which lives as long as the worker.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = _libc().prctl
+    worker, pr_set_pdeathsig, sigkill = os.getpid(), 1, int(signal.SIGKILL)
+
+    def preexec() -> None:  # in the child between fork and exec: no imports, no locks
+        prctl(pr_set_pdeathsig, sigkill)
+        if os.getppid() != worker:  # the worker died before the prctl took hold
+            os.kill(os.getpid(), sigkill)
+
+    return preexec
+
+
 async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
     """Wait up to ``timeout`` for the shell to exit; whether it did.
 
@@ -204,13 +278,26 @@ async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
     return True
 
 
-def _exit_note(code: int | None) -> str:
+def _exit_note(code: int | None, sandboxed: bool) -> str:
     if code is not None and code < 0:
         return f"[killed by signal {signal.Signals(-code).name}]"
+    if sandboxed and code is not None and code > 128 and code - 128 in signal.valid_signals():
+        return f"[exit code {code}, as for a kill by {signal.Signals(code - 128).name}]"
     return f"[exit code {code}]"
 
 
-async def bash(args: BashArgs, workspace: Path) -> str:
+def _command(
+    args: BashArgs, settings: SandboxConfig, cwd: Path, scratch: Path, env: dict[str, str]
+) -> tuple[list[str], dict[str, str], Callable[[], None] | None]:
+    """The program to start, its environment and its ``preexec_fn``."""
+    shell = [SHELL, "-c", args.command]
+    if settings.kind == "none":
+        return shell, env, _die_with_worker()
+    inside = sandbox.inside_environment(env)
+    return sandbox.bwrap_argv(settings, cwd, scratch, inside, shell), inside, None
+
+
+async def bash(args: BashArgs, workspace: Path, settings: SandboxConfig | None = None) -> str:
     """Run ``command`` in the workspace; return its output and exit code.
 
     A non-zero exit code is reported, not a failure; a timeout is a failure
@@ -218,37 +305,45 @@ async def bash(args: BashArgs, workspace: Path) -> str:
     cancel (``asyncio.CancelledError``) the whole process group is stopped
     before the call returns or the cancel goes on; processes the command
     leaves running when it ends are stopped too. A repeat runs the command
-    again.
+    again. ``settings`` say where it runs (default: the bubblewrap sandbox).
     """
+    settings = settings or SandboxConfig()
+    sandboxed = settings.kind != "none"
+    if sandboxed and (problem := await asyncio.to_thread(sandbox.sandbox_problem, settings)):
+        raise ToolFailure(f"the bash sandbox cannot start: {problem}")
     timeout, timeout_note = _time_limit(args.timeout_seconds)
     cwd, scratch, env = await asyncio.to_thread(_prepare, workspace)
+
+    async def stop() -> None:
+        await (stop_sandbox(proc) if sandboxed else stop_group(proc.pid))
+
     try:
+        argv, env, preexec = _command(args, settings, cwd, scratch, env)
         try:
             proc = await asyncio.create_subprocess_exec(
-                SHELL,
-                "-c",
-                args.command,
+                *argv,
                 cwd=cwd,
-                env=env,
+                env=env,  # bwrap's too: the sandbox's pid 1 is its fork, /proc/1/environ its environment
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,  # its own process group, id = its pid
+                preexec_fn=preexec,
             )
         except OSError as exc:
-            raise ToolFailure(f"cannot start {SHELL}: {exc.strerror or exc}") from None
+            raise ToolFailure(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
         assert proc.stdout is not None
         output = _Output(BASH_OUTPUT_HEAD_BYTES, BASH_OUTPUT_TAIL_BYTES)
         reader = asyncio.create_task(_drain(proc.stdout, output))
         try:
             timed_out = not await _exited(proc, timeout)
-            await stop_group(proc.pid)
+            await stop()
             await _exited(proc, KILL_GRACE_SECONDS)
             # With the group gone the output ends at once, unless a process escaped the group.
             done, _ = await asyncio.wait({reader}, timeout=DRAIN_SECONDS)
             stray = not done
         except BaseException:
-            await stop_group(proc.pid)
+            await stop()
             raise
         finally:
             reader.cancel()
@@ -269,4 +364,4 @@ async def bash(args: BashArgs, workspace: Path) -> str:
             )
         )
     body = text.rstrip("\n") if text.strip() else "(no output)"
-    return "\n".join([body, *notes, _exit_note(proc.returncode)])
+    return "\n".join([body, *notes, _exit_note(proc.returncode, sandboxed)])

@@ -3,9 +3,16 @@
 Both walk the workspace themselves rather than through ``pathlib.glob`` (which
 follows linked folders before Python 3.13): a walk never enters a linked
 folder, since a link may lead outside the workspace or back into itself; it
-skips links whose target is outside the workspace; and it does not search
-.git, .hg or .svn folders, whose contents are noise to a coding agent. Each
-walk visits at most ``WALK_MAX_ENTRIES`` entries and says so when it stops.
+skips links whose target is outside the workspace or missing; and it does not
+search .git, .hg or .svn folders, whose contents are noise to a coding agent.
+
+No input makes a search stall its worker. Patterns run on RE2 (linear in the
+text, GIL released); grep refuses patterns that compile too large and matches
+an overlong line in its first part only, so one match call takes under a
+second. A walk visits at most ``WALK_MAX_ENTRIES`` entries, gives up after
+``SEARCH_MAX_SECONDS``, reaches entries through their open folder (a deep tree
+costs no more per entry than a flat one) and checks its stop flag between
+entries and lines, so a cancelled search ends within a second.
 
 Both only read, so a repeat (Temporal runs activities at least once)
 changes nothing and answers from the files as they are then.
@@ -17,27 +24,35 @@ import os
 import re
 import stat
 import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import re2
 
+from activities.path_guard import READ_DENIED
 from activities.tools import ToolFailure, confine, is_inside
 from activities.tools_fs import is_binary
 from durable_agent.globs import GlobError, compile_glob
 from durable_agent.tool_args import (
     GLOB_MAX_RESULTS,
+    GREP_LINE_BUDGET,
     GREP_MAX_FILE_BYTES,
     GREP_MAX_LINE_CHARS,
     GREP_MAX_MATCHES,
+    SEARCH_MAX_SECONDS,
     WALK_MAX_ENTRIES,
     GlobArgs,
     GrepArgs,
+    grep_regex,
 )
 
 VCS_FOLDERS = frozenset({".git", ".hg", ".svn"})
 _MAGIC = re.compile(r"[*?\[{]")
+# Opens a path for its identity only: the kernel resolves a link's whole chain in one call.
+_O_PATH: int | None = getattr(os, "O_PATH", None)
 
 
 def glob_regex(pattern: str) -> re2._Regexp[str]:
@@ -54,54 +69,131 @@ def glob_regex(pattern: str) -> re2._Regexp[str]:
         raise ToolFailure(str(exc)) from None
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One entry a walk found."""
+
+    path: str  # absolute
+    relative: str  # to the folder walked, "/"-separated
+    is_folder: bool
+    name: str
+    folder_fd: int  # the open folder it is in: valid only until the walk moves on
+
+
 @dataclass
 class Walk:
-    """A bounded, stoppable walk below a folder of the workspace."""
+    """A bounded, stoppable walk below a folder of the workspace.
+
+    It stops at ``WALK_MAX_ENTRIES`` entries (``cut``), after
+    ``SEARCH_MAX_SECONDS`` (``timed_out``) and as soon as ``stop`` is set: the
+    thread a search runs in cannot be interrupted, so it must look often.
+    """
 
     root: Path  # the workspace, resolved
     stop: threading.Event
     visited: int = 0
     cut: bool = False  # stopped at WALK_MAX_ENTRIES
+    timed_out: bool = False
+    deadline: float = field(default_factory=lambda: time.monotonic() + SEARCH_MAX_SECONDS)
 
-    def entries(self, base: Path, max_depth: int | None = None) -> Iterator[tuple[Path, bool]]:
-        """``(path, is_folder)`` for everything under ``base``, folder by folder in name order.
+    def stopped(self) -> bool:
+        """Whether to stop now: cancelled, or out of time."""
+        if self.stop.is_set():
+            return True
+        if time.monotonic() > self.deadline:
+            self.timed_out = True
+        return self.timed_out
+
+    def entries(self, base: Path, max_depth: int | None = None) -> Iterator[Entry]:
+        """Everything under ``base``, folder by folder in name order.
 
         A link inside the workspace is listed with its target's kind but never
-        entered; a link leading outside is left out.
+        entered; a link leading outside, or nowhere, is left out. Folders are
+        opened one at a time and their entries reached through that open
+        folder, so a deep tree costs no more per entry than a flat one.
         """
-        stack: list[tuple[Path, int]] = [(base, 1)]
+        stack: list[tuple[str, str, int]] = [(str(base), "", 1)]
         while stack:
-            folder, depth = stack.pop()
+            folder, relative, depth = stack.pop()
             try:
-                with os.scandir(folder) as listing:
-                    items = sorted(listing, key=lambda e: e.name)
+                # O_NOFOLLOW: a folder swapped for a link since it was listed is not entered.
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             except OSError:
                 continue  # unreadable, or removed meanwhile
-            below: list[tuple[Path, int]] = []
-            for entry in items:
-                if self.stop.is_set():
-                    return
-                self.visited += 1
-                if self.visited > WALK_MAX_ENTRIES:
-                    self.cut = True
-                    return
-                path = Path(entry.path)
-                try:
-                    if entry.is_symlink():
-                        if is_inside(self.root, path):
-                            yield path, path.is_dir()
-                    elif entry.is_dir(follow_symlinks=False):
-                        yield path, True
-                        if entry.name not in VCS_FOLDERS and (max_depth is None or depth < max_depth):
-                            below.append((path, depth + 1))
-                    else:
-                        yield path, False
-                except OSError:
-                    continue
+            try:
+                below: list[tuple[str, str, int]] = []
+                for item in self._listing(fd):
+                    if self.stopped():
+                        return
+                    name = item.name
+                    path = os.path.join(folder, name)
+                    inner = f"{relative}/{name}" if relative else name
+                    try:
+                        if item.is_symlink():
+                            kind = self._link_kind(path)
+                            if kind is not None:
+                                yield Entry(path, inner, kind, name, fd)
+                        elif item.is_dir(follow_symlinks=False):
+                            yield Entry(path, inner, True, name, fd)
+                            if name not in VCS_FOLDERS and (max_depth is None or depth < max_depth):
+                                below.append((path, inner, depth + 1))
+                        else:
+                            yield Entry(path, inner, False, name, fd)
+                    except OSError:
+                        continue
+            finally:
+                os.close(fd)
+            if self.cut or self.stopped():
+                return
             stack.extend(reversed(below))
+
+    def _listing(self, fd: int) -> list[os.DirEntry[str]]:
+        """A folder's entries in name order, read no further than the walk may go.
+
+        Counting while reading, not after, keeps a folder of millions of
+        entries from being read (and sorted) whole before the bound applies.
+        """
+        items: list[os.DirEntry[str]] = []
+        try:
+            with os.scandir(fd) as listing:
+                for item in listing:
+                    if self.visited >= WALK_MAX_ENTRIES:
+                        self.cut = True
+                        break
+                    if self.stopped():
+                        break
+                    self.visited += 1
+                    items.append(item)
+        except OSError:
+            pass  # what was read before the error is listed
+        items.sort(key=lambda e: e.name)
+        return items
+
+    def _link_kind(self, path: str) -> bool | None:
+        """Whether the link at ``path`` leads to a folder inside the workspace; None: outside or nowhere."""
+        if _O_PATH is None:  # not Linux: resolve in Python, one component at a time
+            if not is_inside(self.root, Path(path)):
+                return None
+            return os.path.isdir(path)
+        try:
+            fd = os.open(path, _O_PATH)
+        except OSError:
+            return None  # dangling, a loop, or not ours to look at
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            is_folder = stat.S_ISDIR(os.fstat(fd).st_mode)
+        except OSError:
+            return os.path.isdir(path) if is_inside(self.root, Path(path)) else None
+        finally:
+            os.close(fd)
+        root = str(self.root)
+        inside = real == root or real.startswith(root.rstrip("/") + "/")
+        return is_folder if inside else None
 
 
 def _cut_note(walk: Walk) -> list[str]:
+    if walk.timed_out:
+        return [f"[search stopped after {SEARCH_MAX_SECONDS} s; results are incomplete: narrow it down]"]
     if not walk.cut:
         return []
     return [f"[search stopped after {WALK_MAX_ENTRIES} entries; results are incomplete: narrow it down]"]
@@ -135,10 +227,11 @@ def glob(args: GlobArgs, workspace: Path, stop: threading.Event) -> str:
     regex = glob_regex("/".join(rest))
     walk = Walk(root, stop)
     depth = None if any("**" in s for s in rest) else len(rest)
+    prefix = _prefix(root, base)
     found = sorted(
-        _shown(root, path, is_folder)
-        for path, is_folder in walk.entries(base, depth)
-        if (is_folder or not folders_only) and regex.fullmatch(path.relative_to(base).as_posix())
+        prefix + entry.relative + ("/" if entry.is_folder else "")
+        for entry in walk.entries(base, depth)
+        if (entry.is_folder or not folders_only) and regex.fullmatch(entry.relative)
     )
     if not found:
         return "\n".join([f"no paths match {pattern!r}", *_cut_note(walk)])
@@ -148,63 +241,152 @@ def glob(args: GlobArgs, workspace: Path, stop: threading.Event) -> str:
     return "\n".join([*lines, *_cut_note(walk)])
 
 
+def _prefix(root: Path, base: Path) -> str:
+    """What goes before a path relative to ``base`` to make it relative to ``root``."""
+    return "" if base == root else base.relative_to(root).as_posix() + "/"
+
+
 def _shown(root: Path, path: Path, is_folder: bool) -> str:
     relative = "." if path == root else path.relative_to(root).as_posix()
     return relative + "/" if is_folder and relative != "." else relative
 
 
+def _load(name: str, dir_fd: int | None) -> bytes | int | None:
+    """A regular file's bytes; its size when over ``GREP_MAX_FILE_BYTES``; None for anything else.
+
+    Checked before opening: opening a device may itself do something, and
+    reading a pipe would block for ever.
+    """
+    try:
+        st = os.stat(name, dir_fd=dir_fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if st.st_size > GREP_MAX_FILE_BYTES:
+            return st.st_size
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK, dir_fd=dir_fd)
+        with os.fdopen(fd, "rb") as f:
+            return f.read(GREP_MAX_FILE_BYTES + 1)
+    except OSError:
+        return None
+
+
+# A pattern that can tell a line's start from the text's (``\A``, ``\z``, or ``m`` turned off)
+# would match differently in the whole text than in a line: such patterns go line by line.
+_LINE_BOUND = re.compile(r"\\[Az]|\(\?[a-zA-Z]*-")
+
+
+@lru_cache(maxsize=16)
+def _scanner(pattern: str, case_insensitive: bool) -> re2._Regexp[bytes] | None:
+    """``pattern`` for searching a whole file at once: ``^``/``$`` at line ends, never across one.
+
+    One search over the file finds the next line worth matching at C speed
+    instead of one Python call per line; the line is then matched on its own,
+    so the result is the same. None when that would not be so.
+    """
+    if _LINE_BOUND.search(pattern):
+        return None
+    options = re2.Options()
+    options.log_errors = False
+    options.never_capture = True
+    options.never_nl = True
+    options.case_sensitive = not case_insensitive
+    try:
+        return re2.compile(b"(?m)" + pattern.encode(), options)
+    except re2.error:
+        return None
+
+
+def _candidates(
+    text: str, regex: re2._Regexp[str], scan: re2._Regexp[bytes] | None, walk: Walk
+) -> Iterator[tuple[int, str]]:
+    """``(number, line)`` for the lines of ``text`` that may match, in order, until the walk stops.
+
+    Lines are split on ``\\n`` only, so line numbers agree with ``read``'s.
+    """
+    if not text:
+        return
+    body = text[:-1] if text.endswith("\n") else text
+    data = body.encode()
+    # A whole-file search costs at most what one long line may; bigger files go line by line.
+    if scan is None or len(data) * max(scan.programsize, regex.programsize) > GREP_LINE_BUDGET:
+        for number, line in enumerate(body.split("\n"), start=1):
+            if walk.stopped():  # each match call is bounded, so looking once a line is often enough
+                return
+            yield number, line
+        return
+    position, counted, number = 0, 0, 1
+    while position <= len(data) and not walk.stopped():
+        found = scan.search(data, position)
+        if found is None:
+            return
+        start = data.rfind(b"\n", 0, found.start()) + 1
+        end = data.find(b"\n", found.start())
+        end = len(data) if end == -1 else end
+        number += data.count(b"\n", counted, start)
+        counted = start
+        yield number, data[start:end].decode()
+        position = end + 1
+
+
 def grep(args: GrepArgs, workspace: Path, stop: threading.Event) -> str:
-    """Lines matching a regular expression, as ``file:line: text``, bounded.
+    """Lines matching an RE2 regular expression, as ``file:line: text``, bounded.
 
     ``path`` is a folder to walk or one file; ``glob`` keeps files whose name
     (or, when it contains ``/``, whose workspace-relative path) matches. Only
     regular text files are read: binary files, files over
     ``GREP_MAX_FILE_BYTES``, pipes and devices are skipped. Stops at
-    ``GREP_MAX_MATCHES``; lines are cut at ``GREP_MAX_LINE_CHARS``. Only
+    ``GREP_MAX_MATCHES``; lines are cut at ``GREP_MAX_LINE_CHARS``. RE2 takes
+    time linear in the line, times the compiled pattern's size when its fast
+    matcher gives up; so a line longer than ``GREP_LINE_BUDGET`` divided by that
+    size is matched in its first part only, and the result says so. Only
     reads, so a repeat changes nothing.
     """
     root = workspace.resolve()
     start = confine(workspace, args.path)
-    regex = re.compile(args.pattern, re.IGNORECASE if args.case_insensitive else 0)
+    try:
+        regex = grep_regex(args.pattern, case_insensitive=args.case_insensitive)
+    except ValueError as exc:
+        raise ToolFailure(str(exc)) from None
+    match_chars = max(1, GREP_LINE_BUDGET // regex.programsize)
+    scan = _scanner(args.pattern, args.case_insensitive)
     name_filter = glob_regex(args.glob) if args.glob else None
     by_path = args.glob is not None and "/" in args.glob
     walk = Walk(root, stop)
     if start.is_dir():
-        files: Iterator[Path] | list[Path] = (p for p, is_folder in walk.entries(start) if not is_folder)
+        prefix = _prefix(root, start)
+        files: Iterator[tuple[str, str, str, int | None]] = (
+            (prefix + e.relative, e.name, e.name, e.folder_fd) for e in walk.entries(start) if not e.is_folder
+        )
     elif start.exists():
-        files = [start]
+        files = iter([(start.relative_to(root).as_posix(), start.name, str(start), None)])
     else:
         raise ToolFailure(f"path {args.path!r} does not exist")
+    read_denied = READ_DENIED.get()
     matches: list[str] = []
-    searched = binary = large = 0
+    searched = binary = large = partial = 0
     full = False
-    for path in files:
-        if stop.is_set() or full:
+    for relative, name, opened, dir_fd in files:
+        if full or walk.stopped():
             break
-        relative = path.relative_to(root).as_posix()
-        if name_filter and not name_filter.fullmatch(relative if by_path else path.name):
+        if name_filter and not name_filter.fullmatch(relative if by_path else name):
             continue
-        try:
-            st = path.stat()
-            if not stat.S_ISREG(st.st_mode):
-                continue  # reading a pipe would block for ever
-            if st.st_size > GREP_MAX_FILE_BYTES:
-                large += 1
-                continue
-            data = path.read_bytes()
-        except OSError:
+        if read_denied is not None and read_denied(relative):
+            continue  # an explicit read deny rule covers it, as walked or through a link
+        data = _load(opened, dir_fd)
+        if data is None:
+            continue
+        if isinstance(data, int) or len(data) > GREP_MAX_FILE_BYTES:
+            large += 1
             continue
         if is_binary(data):
             binary += 1
             continue
         searched += 1
         text = data.decode("utf-8", errors="replace")
-        # Split on \n only, so line numbers agree with ``read``'s.
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        for number, line in enumerate(lines, start=1):
-            if regex.search(line):
+        for number, line in _candidates(text, regex, scan, walk):
+            if len(line) > match_chars:
+                partial += 1
+            if regex.search(line if len(line) <= match_chars else line[:match_chars]):
                 if len(matches) == GREP_MAX_MATCHES:
                     full = True
                     break
@@ -219,6 +401,11 @@ def grep(args: GrepArgs, workspace: Path, stop: threading.Event) -> str:
     skipped += [f"{large} file(s) over {GREP_MAX_FILE_BYTES} bytes"] if large else []
     if skipped:
         notes.append(f"[skipped {' and '.join(skipped)}]")
+    if partial:
+        notes.append(
+            f"[{partial} line(s) longer than {match_chars} characters were searched in their first "
+            f"{match_chars} characters only]"
+        )
     notes += _cut_note(walk)
     if not matches:
         return "\n".join([f"no matches for {args.pattern!r} ({searched} file(s) searched)", *notes])

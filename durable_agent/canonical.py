@@ -9,13 +9,29 @@ from typing import Any
 from pydantic import BaseModel
 
 
+class CanonicalJsonError(ValueError):
+    """The value has no canonical JSON form: NaN or an infinity, or it nests too deep to encode.
+
+    Raised instead of emitting text that is not JSON (``NaN``) or of the
+    encoder's own ``RecursionError``; a ``ValueError``, as before.
+    """
+
+
 def canonical_bytes(value: Any) -> bytes:
     """UTF-8 JSON with sorted keys, no insignificant white space, array order kept."""
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json", by_alias=True)
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    try:
+        if isinstance(value, BaseModel):
+            value = value.model_dump(mode="json", by_alias=True)
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except RecursionError:
+        raise CanonicalJsonError("the value nests too deep to encode as JSON") from None
+    except ValueError as exc:
+        # json.dumps' "Out of range float values are not JSON compliant", Python's limit on
+        # turning a huge integer into text, or pydantic's "Maximum serialization depth exceeded"
+        if "Out of range float" in str(exc):
+            raise CanonicalJsonError("NaN and Infinity have no canonical JSON form") from None
+        raise CanonicalJsonError(f"the value has no canonical JSON form: {exc}") from None
+    return text.encode("utf-8")
 
 
 def sha256_digest(data: bytes) -> str:
@@ -24,4 +40,5 @@ def sha256_digest(data: bytes) -> str:
 
 
 def digest_of(value: Any) -> str:
+    """The digest of ``value``'s canonical JSON."""
     return sha256_digest(canonical_bytes(value))

@@ -8,11 +8,15 @@ schema strings; v1 exports stay readable by ``open_export`` forever.
 from __future__ import annotations
 
 import json
-from typing import Final, Literal
+from pathlib import Path
+from typing import Any, Final, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from durable_agent.canonical import canonical_bytes, digest_of, sha256_digest
+from durable_agent.canonical import CanonicalJsonError, canonical_bytes, digest_of, sha256_digest
+from durable_agent.errors import validation_message
+from durable_agent.json_limits import DOCUMENT_MAX_DEPTH, JsonLimitError
+from durable_agent.json_limits import loads as bounded_loads
 from durable_agent.models import EventRecord, Frozen, Message, TokenUsage, ToolEndEvent
 from durable_agent.permissions import PermissionPolicy
 
@@ -183,7 +187,35 @@ class ContentDrift(ExportError):
 
 
 class EncodingError(ExportError):
-    """The content is not canonical JSON (it does not re-encode to the same bytes)."""
+    """The file or its content is not JSON within limits, or the content is not canonical JSON.
+
+    The limits (``json_limits``): at most ``DOCUMENT_MAX_DEPTH`` levels of nesting,
+    no NaN or Infinity, no number out of a double's range, no integer longer than
+    ``MAX_INT_DIGITS`` digits, no key twice in one object, UTF-8 only.
+    """
+
+
+def _text(data: str | bytes, what: str) -> str:
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start : exc.start + 1].hex()
+        raise EncodingError(f"{what} is not UTF-8: byte 0x{bad} at offset {exc.start}") from None
+
+
+def _parse(text: str, what: str) -> Any:
+    """``text`` parsed within the limits; ``EncodingError`` naming ``what`` for a refused shape
+    or a cut-off document, ``json.JSONDecodeError`` for anything else that is not JSON."""
+    try:
+        return bounded_loads(text, max_depth=DOCUMENT_MAX_DEPTH)
+    except JsonLimitError as exc:
+        raise EncodingError(f"{what} is refused: {exc}") from None
+    except json.JSONDecodeError as exc:
+        if exc.msg.startswith("Unterminated string") or not text[exc.pos :].strip():
+            raise EncodingError(f"{what} ends early (truncated?): {exc}") from None
+        raise
 
 
 # --- building and opening ---------------------------------------------------
@@ -236,27 +268,37 @@ def open_export(export: SessionCheckpointExportV1) -> CheckpointPayload:
     d = export.descriptor
     if d.schema_ != EXPORT_SCHEMA or d.media_type != MEDIA_TYPE:
         raise InvalidDescriptor(f"unsupported export schema {d.schema_!r} / {d.media_type!r}")
-    if d.computed_digest() != d.descriptor_digest:
+    try:
+        computed = d.computed_digest()
+    except CanonicalJsonError as exc:  # a descriptor that came in by another road than load_export
+        raise InvalidDescriptor(f"the descriptor cannot be encoded: {exc}") from None
+    if computed != d.descriptor_digest:
         raise InvalidDescriptor("descriptor_digest does not match the descriptor")
-    content = export.content.encode("utf-8")
+    try:
+        content = export.content.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate, written as an escape in the file
+        raise EncodingError(f"content is not valid Unicode at character {exc.start}") from None
     if len(content) != d.size_bytes:
         raise ContentDrift(f"content is {len(content)} bytes, descriptor says {d.size_bytes}")
     if sha256_digest(content) != d.content_digest:
         raise ContentDrift("content_digest does not match the content")
     try:
-        raw = json.loads(content)
+        raw = _parse(export.content, "content")
     except json.JSONDecodeError as exc:
-        raise EncodingError(f"content is not JSON: {exc}") from exc
-    if canonical_bytes(raw) != content:
-        raise EncodingError("content is not canonical JSON")
+        raise EncodingError(f"content is not JSON: {exc}") from None
     try:
-        payload = CheckpointPayload.model_validate(raw)
-    except ValidationError as exc:
-        raise InvalidPayload(f"payload does not match schema: {exc}") from exc
-    # Every field the content holds must survive the schema. A field added to v1 since
-    # (with its default) is not in an older export: it is left out of the comparison.
-    if canonical_bytes(payload.model_dump(mode="json", by_alias=True, exclude_unset=True)) != content:
-        raise InvalidPayload("payload has fields or values the v1 schema does not round-trip")
+        if canonical_bytes(raw) != content:
+            raise EncodingError("content is not canonical JSON")
+        try:
+            payload = CheckpointPayload.model_validate(raw)
+        except ValidationError as exc:
+            raise InvalidPayload(f"payload does not match schema: {validation_message(exc)}") from None
+        # Every field the content holds must survive the schema. A field added to v1 since
+        # (with its default) is not in an older export: it is left out of the comparison.
+        if canonical_bytes(payload.model_dump(mode="json", by_alias=True, exclude_unset=True)) != content:
+            raise InvalidPayload("payload has fields or values the v1 schema does not round-trip")
+    except CanonicalJsonError as exc:  # the parse's limits make this unexpected; typed all the same
+        raise EncodingError(f"content cannot be re-encoded: {exc}") from None
     # the part digests are of the content's own parts, as the export was built
     if digest_of(raw["snapshot"]) != d.snapshot_digest:
         raise ContentDrift("snapshot_digest does not match the snapshot")
@@ -267,6 +309,26 @@ def open_export(export: SessionCheckpointExportV1) -> CheckpointPayload:
         raise InvalidDescriptor("descriptor session/run/turn differ from the payload")
     check_self_consistent(payload)
     return payload
+
+
+def load_export(data: str | bytes) -> SessionCheckpointExportV1:
+    """An export from the JSON document the filesystem sink writes (not yet opened: ``open()``).
+
+    Text outside the limits, not UTF-8 or cut short raises ``EncodingError``; a
+    document of another shape raises pydantic's ``ValidationError``, as before.
+    """
+    text = _text(data, "the export file")
+    try:
+        raw = _parse(text, "the export file")
+    except json.JSONDecodeError:
+        # Not JSON at all: pydantic's own message, which callers have always been shown.
+        return SessionCheckpointExportV1.model_validate_json(text)
+    return SessionCheckpointExportV1.model_validate(raw)
+
+
+def read_export(path: Path) -> SessionCheckpointExportV1:
+    """``load_export`` of a file; ``OSError`` when it cannot be read."""
+    return load_export(path.read_bytes())
 
 
 def check_self_consistent(payload: CheckpointPayload) -> None:

@@ -20,6 +20,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowQuer
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from durable_agent.checkpoint import read_export
 from durable_agent.cli_approvals import add_commands as add_approval_commands
 from durable_agent.client import connect, exit_process, follow_events, follow_run, start_run
 from durable_agent.client import task_queue as default_task_queue
@@ -51,6 +52,12 @@ def _err(message: str) -> None:
 def build_run_input(fields: dict[str, Any]) -> AgentRunInput:
     """An ``AgentRunInput`` from the fields given (``None`` means "use the worker's default")."""
     return AgentRunInput.model_validate({k: v for k, v in fields.items() if v is not None})
+
+
+def _one_line(exc: Exception) -> str:
+    """``Type: message`` on one line, whatever the message holds (a reader's error quotes input)."""
+    message = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
+    return f"{type(exc).__name__}: {' '.join(message.split())}"
 
 
 def _failure_text(exc: WorkflowFailureError) -> str:
@@ -138,8 +145,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         "permissions": _policy(args),
     }
     if args.command == "resume":
-        from activities.sinks import read_export_file
-
         path = Path(args.export).expanduser().absolute()
         try:
             by_path = args.on_worker or path.stat().st_size > RESUME_BY_VALUE_BYTES
@@ -147,9 +152,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 # too large for a workflow input: the worker reads it (a path on its machine)
                 fields["resume_from_file"] = str(path)
             else:
-                fields["resume_from"] = read_export_file(path)
-        except (OSError, ValueError) as exc:
-            _err(f"resume: cannot read {args.export}: {exc}")
+                export = read_export(path)
+                export.open()  # refused here, with its typed error, rather than as a run input
+                fields["resume_from"] = export
+        except (OSError, ValueError) as exc:  # ExportError and pydantic's ValidationError are ValueErrors
+            _err(f"resume: cannot read {args.export}: {_one_line(exc)}")
             return 2
         if by_path and not args.on_worker:
             print(f"the export is {path.stat().st_size:,} bytes: the worker reads it from {path}")
@@ -219,17 +226,14 @@ def _network(command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]) 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check export files the filesystem sink wrote: every digest, the schema and the contract."""
-    from activities.sinks import read_export_file
-
     failed = 0
     for name in args.files:
         try:
-            export = read_export_file(Path(name))
+            export = read_export(Path(name))
             export.open()
         except (OSError, ValueError) as exc:  # ExportError and pydantic's ValidationError are ValueErrors
             failed += 1
-            message = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
-            print(f"FAILED {name}: {type(exc).__name__}: {message}")
+            print(f"FAILED {name}: {_one_line(exc)}")
             continue
         d = export.descriptor
         print(f"OK {name}: session {d.session_id} run {d.run_id} turn {d.turn} {d.content_digest}")

@@ -27,7 +27,10 @@ def _line(workflow_id: str, p: PendingApproval) -> str:
     since = dt.datetime.fromtimestamp(p.since_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     target = f" {p.target}" if p.target else ""
     timeout = f", denied after {p.timeout_seconds:g} s" if p.timeout_seconds else ""
-    return f"{workflow_id}  {p.call_id}  {p.tool}{target}  {p.arguments}  (since {since}{timeout})"
+    return (
+        f"{workflow_id}  {p.call_id}  {p.tool}{target}  {p.arguments}  "
+        f"(step {p.step}, arguments {p.arguments_digest}, since {since}{timeout})"
+    )
 
 
 async def _pending(client: Client, workflow_id: str) -> tuple[PendingApproval, ...]:
@@ -53,8 +56,25 @@ async def list_approvals(args: argparse.Namespace) -> int:
 async def decide(args: argparse.Namespace) -> int:
     """Send the ``approve`` update; the run answers once the decision is recorded."""
     approved = args.command == "approve"
-    handle = (await connect()).get_workflow_handle(args.workflow_id)
-    decision = ApprovalDecision(call_id=args.call_id, approved=approved, reason=args.reason)
+    client = await connect()
+    handle = client.get_workflow_handle(args.workflow_id)
+    # Bound to the request as it is now: a call that reuses the id later, or whose arguments
+    # differ from what was shown, is not decided by this.
+    request = next((p for p in await _pending(client, args.workflow_id) if p.call_id == args.call_id), None)
+    if request is not None and args.digest is not None and args.digest != request.arguments_digest:
+        print(
+            f"durable-agent: {args.command}: call {args.call_id!r} has arguments "
+            f"{request.arguments_digest} now, not {args.digest}; nothing was decided"
+        )
+        return 1
+    # (no such request: the run's own answer says why, already decided or never asked)
+    decision = ApprovalDecision(
+        call_id=args.call_id,
+        approved=approved,
+        reason=args.reason,
+        step=request.step if request else None,
+        arguments_digest=request.arguments_digest if request else args.digest,
+    )
     try:
         answer = await handle.execute_update(UPDATE_APPROVE, decision, result_type=ApprovalAnswer)
     except WorkflowUpdateFailedError as exc:
@@ -62,7 +82,8 @@ async def decide(args: argparse.Namespace) -> int:
         print(f"durable-agent: {args.command}: {getattr(cause, 'message', None) or cause}")
         return 1
     verb = "approved" if answer.approved else "denied"
-    print(f"{verb}: {answer.tool} call {answer.call_id} in {args.workflow_id}")
+    bound = f" (step {request.step}, arguments {request.arguments_digest})" if request else ""
+    print(f"{verb}: {answer.tool} call {answer.call_id}{bound} in {args.workflow_id}")
     return 0
 
 
@@ -81,4 +102,9 @@ def add_commands(
         p.add_argument("workflow_id")
         p.add_argument("call_id")
         p.add_argument("--reason", help="shown to the model (with a denial) and kept in the run's events")
+        p.add_argument(
+            "--digest",
+            metavar="SHA256",
+            help="the arguments digest that `approvals` showed: decide only if the call still has it",
+        )
         p.set_defaults(func=wrap(decide))

@@ -130,6 +130,23 @@ class FilesystemSinkConfig(_Strict):
 SinkConfig = FilesystemSinkConfig
 
 
+class SandboxConfig(_Strict):
+    """Where the ``bash`` tool's commands run: ``activities.sandbox`` says what each setting does.
+
+    ``bubblewrap`` (the default) runs each command in a bubblewrap sandbox:
+    the workspace writable, the rest of the file system read-only, no
+    network unless ``network``, its own process tree that dies with the call.
+    ``none`` runs it directly on the worker's machine, as the worker's user.
+    """
+
+    kind: Literal["bubblewrap", "none"] = "bubblewrap"
+    network: bool = False
+    # Extra folders or files the command may read (shown even where the sandbox hides, as
+    # the worker's home) or write, at the same path inside.
+    read_only: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
+
+
 class AgentConfig(_Strict):
     default_model: str = "scripted/demo"
     default_sink: str | None = "local"
@@ -149,6 +166,7 @@ class AgentConfig(_Strict):
     permissions: PermissionPolicy = PermissionPolicy(allow=("read(**)", "ls(**)"))
     timeouts: Timeouts = Timeouts()
     limits: Limits = Limits()
+    sandbox: SandboxConfig = SandboxConfig()
 
     @model_validator(mode="after")
     def _references_exist(self) -> AgentConfig:
@@ -173,12 +191,19 @@ class AgentConfig(_Strict):
             for name, p in self.providers.items()
         }
         sinks = {name: s.model_copy(update={"path": fix(s.path)}) for name, s in self.sinks.items()}
+        sandbox = self.sandbox.model_copy(
+            update={
+                "read_only": tuple(fix(p) for p in self.sandbox.read_only),
+                "writable": tuple(fix(p) for p in self.sandbox.writable),
+            }
+        )
         return self.model_copy(
             update={
                 "providers": providers,
                 "sinks": sinks,
                 "store": self.store.model_copy(update={"path": fix(self.store.path)}),
                 "default_workspace": fix(self.default_workspace),
+                "sandbox": sandbox,
             }
         )
 

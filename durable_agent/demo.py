@@ -37,6 +37,7 @@ from durable_agent.run_io import AgentRunInput, AgentRunResult
 
 if TYPE_CHECKING:
     from activities import AgentActivities
+    from activities.tools import Tool
 
 DEMO_PROMPT = "Review the calculator module in this workspace and point out any bug."
 # Its own queue, so a worker already polling ``agent`` (compose, another shell)
@@ -135,6 +136,28 @@ async def _demo(
     return outcome.code
 
 
+def _demo_tools(config: AgentConfig) -> dict[str, Tool] | None:
+    """The worker's tools: the built-in ones, less ``bash`` when its sandbox cannot start here.
+
+    The demo is the first command on a fresh machine, which may lack bubblewrap;
+    it says so and runs without ``bash`` (a worker refuses to start instead).
+    """
+    from activities.sandbox import sandbox_problem
+    from activities.tools import builtin_tools
+
+    problem = sandbox_problem(config.sandbox)
+    if problem is None:
+        return None
+    print(
+        f"Bash:      unavailable, its sandbox cannot start: {problem}\n"
+        '           (install bubblewrap, or set [sandbox] kind = "none" in AGENT_CONFIG to run bash'
+        " unsandboxed); the demo runs without the bash tool\n"
+    )
+    tools = builtin_tools(config.sandbox)
+    del tools["bash"]
+    return tools
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """Run the built-in demo end to end, starting a local dev server when none is running."""
     from activities import AgentActivities
@@ -142,7 +165,7 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         config = load_config()
         # Built now, so a bad provider or credential is reported before any server starts.
-        activities = AgentActivities(config)
+        activities = AgentActivities(config, tools=_demo_tools(config))
     except ConfigError as exc:
         _err(f"demo: {exc}")
         return 2

@@ -322,13 +322,17 @@ class LoopState:
     def finish_input(self) -> FinishRunInput:
         """The end of the run, on top of what the store holds: the events it lacks."""
         unstored = [r for e in self.unstored() for r in e.delta.events]
+        events = (*unstored, *self._new_events)
+        texts = [r.event for r in events if isinstance(r.event, TextDeltaEvent)]
+        in_events = bool(self.final_text) and bool(texts) and texts[-1].text == self.final_text
         return FinishRunInput(
             log=self.stored,
-            events=(*unstored, *self._new_events),
+            events=events,
             status=self.status,
             updated_at_ms=self.updated_at_ms,
-            result_text=self.final_text or None,
+            result_text=None if in_events else self.final_text or None,
             error=self.error,
+            result_is_last_text=in_events,
         )
 
     # --- views ----------------------------------------------------------------

@@ -174,6 +174,9 @@ class ConfirmationRequiredEvent(Frozen):
     target: str | None = None
     arguments: str  # a summary of the call's input, for the person deciding
     timeout_seconds: float | None = None
+    # What a decision is bound to: the model step, and the digest of the call's full input.
+    step: int | None = None
+    arguments_digest: str | None = None
 
 
 class ConfirmationReceivedEvent(Frozen):

@@ -5,12 +5,54 @@ pattern is matched against what a call touches (a path, a pattern, a command):
 ``*`` does not cross ``/``, ``**`` does, ``?`` is one character, and a trailing
 ``:*`` matches a command prefix (``bash(git:*)``). Tool names match
 case-insensitively. A rule without a pattern covers every call of the tool.
+
+A ``bash`` line is parsed (``durable_agent.shell_judge``) into its simple
+commands, wherever they are: in lists and pipelines, subshells, ``$(…)``,
+backticks, process substitutions, function bodies, control structures, after a
+comment's newline, inside ``bash -c '…'`` and ``eval``. Each command is its
+words after quote removal, joined by single spaces (``'git'  "status"`` is
+``git status``).
+
+- A deny rule denies the line when it matches the line's text or any spelling
+  of any command in it: the words as written; a path's last part
+  (``/usr/bin/git push`` is ``git push``); what a wrapper runs (``command``,
+  ``builtin``, ``exec``, ``env``, ``nohup``, ``time``, ``nice``, ``sudo``,
+  ``timeout``, ``xargs``, ``watch`` … : every later suffix of its words, so
+  ``env -i A=b git push`` and ``sudo -u root git push`` are ``git push``);
+  ``find -exec``'s command; git without its global options (``git -C . -c x=y
+  --no-pager push`` is ``git push``); the words as if every expansion were
+  empty (``$x git push``, ``git push$x``).
+- An allow rule allows the line only when the line is *transparent* (nothing
+  in it is decided when it runs, see ``shell_judge``) and it matches the plain
+  words of every command. Spellings never allow: ``bash(pytest:*)`` allows
+  ``pytest -q`` but not ``env pytest`` nor ``/usr/bin/pytest``.
+- Otherwise an ask rule that matches a command's plain words asks, and the
+  default decides what is left: opaque lines (a comment, ``$VAR``, ``$(…)``, a
+  redirection to a file, ``A=b cmd``, ``if``/``for``, …) never reach allow.
+- A rule without a pattern (``bash``) allows every line, except one the judge
+  could not read (it does not parse, is longer than 64 KiB, is nested too
+  deeply, or tree-sitter reads it otherwise than bash) while a deny rule with a
+  pattern is in force: then ask and the default decide, since the deny rule
+  might have matched what went unseen.
+
+What a rule cannot promise: it judges the text of a line, not its effects.
+``bash(pytest:*)`` allows ``pytest -p plugin`` and ``pytest --rootdir …``,
+which import code from the workspace, and ``pytest`` itself runs the
+workspace's ``conftest.py``; ``bash(git status)`` runs no hooks, but a
+repository's config can name commands (``core.fsmonitor``, ``core.pager``)
+and git aliases are not expanded, so ``deny bash(git push:*)`` does not see
+``git -c alias.p=push p``. Globs in arguments are left to bash
+(``rm *`` can expand to ``-rf``); deny rules see spellings, not option orders
+(``rm -fr`` is not ``rm -rf``); a program may run another (``make``,
+``npm run``, a script). Rules decide what runs without a person; the sandbox
+is the boundary.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 import re2
@@ -18,6 +60,7 @@ from pydantic import field_validator
 
 from durable_agent.globs import GlobError, compile_glob
 from durable_agent.models import Frozen
+from durable_agent.shell_judge import judge
 
 Decision = Literal["allow", "deny", "ask"]
 
@@ -43,6 +86,7 @@ class Rule:
         return _compile(self.pattern).fullmatch(target) is not None
 
 
+@lru_cache(maxsize=1024)
 def parse_rule(text: str) -> Rule:
     """Parse ``tool`` or ``tool(pattern)``; raise ``InvalidRule`` with the reason."""
     m = _RULE.match(text)
@@ -65,68 +109,28 @@ def _compile(pattern: str) -> re2._Regexp[str]:
         raise InvalidRule(str(exc)) from None
 
 
+@dataclass(frozen=True)
+class _Matcher:
+    """The rules of one list that name one tool, compiled."""
+
+    every: bool  # a rule without a pattern: it matches every call
+    patterns: tuple[re2._Regexp[str], ...]
+
+    def matches(self, text: str) -> bool:
+        return self.every or any(p.fullmatch(text) is not None for p in self.patterns)
+
+
+@lru_cache(maxsize=256)
+def _matcher(rules: tuple[str, ...], tool: str) -> _Matcher:
+    parsed = [rule for rule in map(parse_rule, rules) if rule.tool == tool]
+    return _Matcher(
+        every=any(rule.pattern is None for rule in parsed),
+        patterns=tuple(_compile(rule.pattern) for rule in parsed if rule.pattern is not None),
+    )
+
+
 # Tools whose target is a shell command line.
 COMMAND_TOOLS = frozenset({"bash"})
-
-
-def command_parts(command: str) -> tuple[list[str], bool]:
-    """A shell line's simple commands, and whether the rules can see all it does.
-
-    Separators (``;`` ``&&`` ``||`` ``|`` ``&``, new lines) split the line
-    outside quotes; the commands inside ``$(…)``, backticks and subshells are
-    parts too. The line is not transparent when something in it is decided
-    only when it runs: a substitution, a redirection, ``${…}``, a command
-    named by a variable, or an unclosed quote.
-    """
-    parts: list[str] = []
-    buf: list[str] = []
-    transparent = True
-    quote: str | None = None
-
-    def flush() -> None:
-        part = "".join(buf).strip()
-        if part:
-            parts.append(part)
-        buf.clear()
-
-    i, n = 0, len(command)
-    while i < n:
-        c = command[i]
-        if quote == "'":
-            quote = None if c == "'" else quote
-            buf.append(c)
-            i += 1
-        elif c == "\\" and i + 1 < n:
-            buf.append(command[i : i + 2])
-            i += 2
-        elif quote == '"':
-            if c == '"':
-                quote = None
-            elif c == "`" or command.startswith(("$(", "${"), i):
-                transparent = False  # it runs even inside double quotes
-            buf.append(c)
-            i += 1
-        elif c in "'\"":
-            quote = c
-            buf.append(c)
-            i += 1
-        elif command.startswith(("&&", "||", "$("), i):
-            transparent = transparent and not command.startswith("$(", i)
-            flush()
-            i += 2
-        elif c in ";&|\n`()":
-            transparent = transparent and c != "`"
-            flush()
-            i += 1
-        else:
-            if c in "<>" or command.startswith("${", i):
-                transparent = False
-            buf.append(c)
-            i += 1
-    flush()
-    if quote is not None or any(p.startswith("$") for p in parts):
-        transparent = False
-    return parts, transparent
 
 
 class PermissionPolicy(Frozen):
@@ -147,36 +151,27 @@ class PermissionPolicy(Frozen):
     def decide(self, tool: str, target: str | None) -> Decision:
         """The decision for one call of ``tool`` touching ``target``."""
         if tool.lower() in COMMAND_TOOLS and target is not None:
-            parts, transparent = command_parts(target)
-            if len(parts) > 1 or not transparent:
-                return self._decide_compound(tool, target, parts, transparent)
+            return self._decide_line(tool, target)
         for decision, rules in (("deny", self.deny), ("allow", self.allow), ("ask", self.ask)):
             if any(parse_rule(r).matches(tool, target) for r in rules):
                 return decision  # type: ignore[return-value]
         return self.default
 
-    def _decide_compound(self, tool: str, command: str, parts: list[str], transparent: bool) -> Decision:
-        """A shell line of several commands, or one whose effect its text does not show.
-
-        A deny rule that matches any of its commands denies it; it is allowed
-        only when every command is allowed and nothing in it is hidden from the
-        rules (substitutions, redirections); otherwise ``ask`` rules and the
-        default decide. So ``bash(pytest:*)`` does not let ``pytest; curl … | sh``
-        through, and ``cd . && git push`` meets ``deny bash(git push:*)``.
-        """
-        candidates = [command, *parts]
-
-        def any_match(rules: tuple[str, ...], texts: list[str]) -> bool:
-            return any(parse_rule(r).matches(tool, t) for r in rules for t in texts)
-
-        if any_match(self.deny, candidates):
+    def _decide_line(self, tool: str, line: str) -> Decision:
+        """A shell line, judged by every simple command in it (see the module docstring)."""
+        reading = judge(line)
+        name = tool.lower()
+        deny, allow, ask = (_matcher(rules, name) for rules in (self.deny, self.allow, self.ask))
+        # dict.fromkeys: each spelling is matched once, however often the line repeats it
+        spellings = dict.fromkeys(" ".join(form) for command in reading.commands for form in command.forms)
+        if deny.matches(line) or any(deny.matches(text) for text in spellings):
             return "deny"
-        every_call = any(
-            parse_rule(r).pattern is None for r in self.allow if parse_rule(r).tool == tool.lower()
-        )
-        if every_call or (transparent and all(any_match(self.allow, [part]) for part in parts)):
+        if allow.every and (reading.readable or not deny.patterns):
             return "allow"
-        if any_match(self.ask, candidates):
+        plain = list(dict.fromkeys(command.text for command in reading.commands))
+        if reading.transparent and all(allow.matches(text) for text in plain):
+            return "allow"
+        if any(ask.matches(text) for text in plain or [line]):
             return "ask"
         return self.default
 

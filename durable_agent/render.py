@@ -198,7 +198,11 @@ def print_status(view: RunStatusView, out: TextIO | None = None) -> None:
     for pending in view.pending_approvals:
         target = f" {pending.target}" if pending.target else ""
         rows.append(
-            ("waiting for approval", f"{pending.call_id}: {pending.tool}{target} {pending.arguments}")
+            (
+                "waiting for approval",
+                f"{pending.call_id}: {pending.tool}{target} {pending.arguments} "
+                f"(step {pending.step}, arguments {pending.arguments_digest})",
+            )
         )
     if view.error:
         rows.append(("error", view.error))

@@ -186,6 +186,11 @@ class ToolCallInput(Frozen):
     arguments: dict[str, Any] = Field(default_factory=dict)
     # or: the digest of the model message the model activity staged, whose call ``call_id`` has them
     arguments_in: str | None = None
+    # The rules in force, for the activity to judge the path a call resolves to (through links);
+    # None (a workflow before this check) skips that check.
+    permissions: PermissionPolicy | None = None
+    # A resolved path a person approved for this call: an ``ask`` on it no longer stops the call.
+    approved_target: str | None = None
 
 
 class ToolOutput(Frozen):
@@ -193,6 +198,10 @@ class ToolOutput(Frozen):
     is_error: bool = False
     # the tool activity kept ``content`` in the session store too, under its digest
     staged: bool = False
+    # The call did not run: the path it resolves to (``resolved_target``) is denied by the rules,
+    # or needs a person's decision first.
+    permission: Literal["denied", "ask"] | None = None
+    resolved_target: str | None = None
 
 
 class ModelStepInput(Frozen):
@@ -282,6 +291,9 @@ class FinishRunInput(Frozen):
     updated_at_ms: int
     result_text: str | None = None
     error: str | None = None
+    # The result text is the last ``text_delta`` event's text in ``events``: sent once, not twice,
+    # so that a long final answer fits the payload limit.
+    result_is_last_text: bool = False
 
 
 class ExportInput(Frozen):
@@ -304,11 +316,23 @@ class ExportFailure(Frozen):
 
 
 class ApprovalDecision(Frozen):
-    """The ``approve`` update's input: a person's decision on one waiting call."""
+    """The ``approve`` update's input: a person's decision on one waiting call.
+
+    A decision belongs to one request: the call id, in the model step that
+    made the call, with those arguments. It is used once: a later call that
+    reuses the id (in the same step or a later one) waits for a decision of
+    its own. ``step`` and ``arguments_digest``, when given (the CLI always
+    gives them, from the request it showed), must be the waiting request's,
+    so a decision made on what a person saw cannot approve anything else.
+    """
 
     call_id: str = Field(min_length=1)
     approved: bool
     reason: str | None = Field(None, max_length=2000)
+    step: int | None = Field(None, ge=0, description="The model step of the call decided on.")
+    arguments_digest: str | None = Field(
+        None, description="``sha256:`` digest of the canonical JSON of the call's arguments."
+    )
 
 
 class ApprovalAnswer(Frozen):
@@ -320,12 +344,18 @@ class ApprovalAnswer(Frozen):
 
 
 class PendingApproval(Frozen):
+    """One call waiting for a person's decision, as ``approvals`` and the status query show it."""
+
     call_id: str
     tool: str
     target: str | None = None
     arguments: str
     since_ms: int
     timeout_seconds: float | None = None
+    # The model step that made the call, and the digest of its full arguments (``arguments``
+    # is a summary): what a decision is bound to.
+    step: int = 0
+    arguments_digest: str = ""
 
 
 class RunStatusView(Frozen):

@@ -13,7 +13,9 @@ the conversation, and the conversation in every checkpoint the run exports.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
+import re2
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # read: output of one call, and the longest line shown whole.
@@ -29,6 +31,16 @@ GLOB_MAX_RESULTS = 500
 GREP_MAX_MATCHES = 200
 GREP_MAX_LINE_CHARS = 300
 GREP_MAX_FILE_BYTES = 5 * 1024 * 1024
+# glob and grep: a search stops (saying so) after this long, whatever the pattern and the files.
+SEARCH_MAX_SECONDS = 60
+# Patterns: their length, and a grep pattern's size once compiled (RE2 instructions). RE2 is linear
+# in the text, but when its fast matcher gives up the cost per character grows with that size.
+GLOB_MAX_PATTERN_CHARS = 1_000
+GREP_MAX_PATTERN_CHARS = 1_000
+GREP_MAX_PROGRAM_SIZE = 10_000
+# grep: characters of one line times the program's size matched in one go. A longer line is matched
+# in its first part only (and the result says so), so one match call stays well under a second.
+GREP_LINE_BUDGET = 100_000_000
 # bash: timeouts in seconds, output kept (the start and the end of it).
 BASH_DEFAULT_TIMEOUT = 120
 BASH_MAX_TIMEOUT = 600
@@ -83,18 +95,87 @@ class GlobArgs(ToolArgs):
 
     pattern: str = Field(
         min_length=1,
+        max_length=GLOB_MAX_PATTERN_CHARS,
         description="Glob relative to the workspace, e.g. 'src/**/*.py' or '**/*.{ts,tsx}'.",
     )
 
 
-class GrepArgs(ToolArgs):
-    """Arguments of ``grep``; ``pattern`` must compile as a Python regular expression."""
+_GREP_OPTIONS = re2.Options()
+_GREP_OPTIONS.log_errors = False  # a bad pattern is the model's error, not a line on the worker's stderr
+_GREP_OPTIONS.never_capture = True  # only whether a line matches counts; groups would cost time
+_GREP_OPTIONS_ICASE = re2.Options()
+_GREP_OPTIONS_ICASE.log_errors = False
+_GREP_OPTIONS_ICASE.never_capture = True
+_GREP_OPTIONS_ICASE.case_sensitive = False
 
-    pattern: str = Field(min_length=1, description="A Python regular expression, matched line by line.")
+# What the model most likely meant, by RE2's complaint (RE2 names the operator, not the feature).
+_UNSUPPORTED = (
+    ("invalid perl operator: (?=", "lookahead (?=...)"),
+    ("invalid perl operator: (?!", "negative lookahead (?!...)"),
+    ("invalid perl operator: (?<=", "lookbehind (?<=...)"),
+    ("invalid perl operator: (?<!", "negative lookbehind (?<!...)"),
+    ("invalid perl operator: (?P", "a named backreference (?P=name)"),
+    ("invalid repetition size", "a repetition count over 1000"),
+)
+
+
+def _unsupported(reason: str) -> str:
+    if reason.startswith("invalid escape sequence: \\") and reason[-1:].isdigit():
+        return "a backreference"
+    return next((what for prefix, what in _UNSUPPORTED if reason.startswith(prefix)), "this pattern")
+
+
+# Small: each compiled pattern may hold megabytes of RE2's matching cache (up to ``max_mem``).
+@lru_cache(maxsize=16)
+def grep_regex(pattern: str, *, case_insensitive: bool = False) -> re2._Regexp[str]:
+    """``pattern`` compiled with RE2 (linear time in the text), or ``ValueError`` saying why not.
+
+    A pattern Python's ``re`` reads but RE2 does not (a backreference,
+    lookaround) gets a message naming what is missing, so the model can
+    rewrite it; a pattern that compiles too large is refused, since matching
+    time grows with it.
+    """
+    options = _GREP_OPTIONS_ICASE if case_insensitive else _GREP_OPTIONS
+    try:
+        regex = re2.compile(pattern, options)
+    except re2.error as exc:
+        arg = exc.args[0] if exc.args else exc
+        reason = arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)
+        if reason.startswith("pattern too large"):
+            raise ValueError(_too_large("more than RE2's memory limit allows")) from None
+        try:
+            re.compile(pattern)  # only to tell "not RE2" from "not a regular expression"; never matched
+        except Exception:
+            raise ValueError(f"invalid regular expression: {reason}") from None
+        raise ValueError(
+            f"grep patterns use RE2 syntax: {_unsupported(reason)} is not supported: {reason}"
+        ) from None
+    if regex.programsize > GREP_MAX_PROGRAM_SIZE:
+        raise ValueError(_too_large(f"{regex.programsize} instructions"))
+    return regex
+
+
+def _too_large(size: str) -> str:
+    return (
+        f"grep pattern is too large: it compiles to {size}, at most {GREP_MAX_PROGRAM_SIZE} "
+        "instructions are allowed; use fewer or smaller repetitions"
+    )
+
+
+class GrepArgs(ToolArgs):
+    """Arguments of ``grep``; ``pattern`` must compile with RE2 (see ``grep_regex``)."""
+
+    pattern: str = Field(
+        min_length=1,
+        max_length=GREP_MAX_PATTERN_CHARS,
+        description="A regular expression in RE2 syntax (no backreferences or lookaround), matched "
+        "line by line.",
+    )
     path: str = Field(".", min_length=1, description="Folder or file to search, relative to the workspace.")
     glob: str | None = Field(
         None,
         min_length=1,
+        max_length=GLOB_MAX_PATTERN_CHARS,
         description="Only search files matching this glob: against the file name, or against the "
         "workspace-relative path when it contains '/'.",
     )
@@ -103,10 +184,8 @@ class GrepArgs(ToolArgs):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"invalid regular expression: {exc}") from None
+        # Case-sensitively: ``case_insensitive`` is not validated yet; the tool compiles it as asked.
+        grep_regex(value)
         return value
 
 

@@ -179,7 +179,8 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             "grep",
-            "Search text files in the workspace for a Python regular expression, line by line. "
+            "Search text files in the workspace for a regular expression in RE2 syntax (no "
+            "backreferences, no lookahead or lookbehind), line by line. "
             "`path` limits the search to a folder or a file, `glob` to matching files. Results are "
             f"`file:line: text`, at most {GREP_MAX_MATCHES}, lines cut at {GREP_MAX_LINE_CHARS} "
             f"characters; binary files and files over {GREP_MAX_FILE_BYTES // (1024 * 1024)} MB are "

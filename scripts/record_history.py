@@ -7,6 +7,7 @@ histories): ::
     python scripts/record_history.py basic tests/histories/agent_run_v2.json
     python scripts/record_history.py approval tests/histories/agent_run_approval_v2.json
     python scripts/record_history.py continued tests/histories/agent_run_continued_v2.json
+    python scripts/record_history.py guarded tests/histories/agent_run_guarded_v2.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -17,6 +18,10 @@ passed its conversation to its activities); they replay through the
 ``approve`` update, a denied shell line, and a write.
 ``continued``: a run that continues as new, twice, once between two calls of
 one model step; OUT gets its first execution, OUT-last its last.
+``guarded``: the guard rails: an approved call id that the model reuses in a
+later step is asked about again; a read through a link to a denied file is
+refused by the tool activity; a read through a link to a path that needs
+``ask`` waits for a person, then runs; a comment-smuggled shell line is denied.
 """
 
 from __future__ import annotations
@@ -40,15 +45,39 @@ from durable_agent.run_io import ApprovalAnswer, ApprovalDecision, RunStatusView
 from tests.helpers import final, read_call, running_worker, start, tool_call  # noqa: E402
 
 
-async def approve_when_asked(handle: WorkflowHandle[Any, Any]) -> None:
-    for _ in range(200):
+async def approve_when_asked(handle: WorkflowHandle[Any, Any], times: int = 1) -> None:
+    decided: set[tuple[int, str, str | None]] = set()
+    for _ in range(200 * times):
         status = await handle.query("status", result_type=RunStatusView)
         for pending in status.pending_approvals:
-            decision = ApprovalDecision(call_id=pending.call_id, approved=True, reason="recorded")
+            key = (pending.step, pending.call_id, pending.target)
+            if key in decided:
+                continue
+            decision = ApprovalDecision(
+                call_id=pending.call_id,
+                approved=True,
+                reason="recorded",
+                step=pending.step,
+                arguments_digest=pending.arguments_digest or None,
+            )
             await handle.execute_update("approve", decision, result_type=ApprovalAnswer)
-            return
+            decided.add(key)
+            if len(decided) == times:
+                return
         await asyncio.sleep(0.05)
-    raise RuntimeError("no call ever waited for approval")
+    raise RuntimeError(f"fewer than {times} calls waited for approval")
+
+
+async def approve_three(handle: WorkflowHandle[Any, Any]) -> None:
+    await approve_when_asked(handle, 3)
+
+
+def linked(ws: Path) -> None:
+    (ws / "config").mkdir()
+    (ws / "config" / "app.ini").write_text("[app]\n")
+    (ws / ".env").write_text("TOKEN=recorded\n")
+    (ws / "notenv").symlink_to(".env")
+    (ws / "cfg").symlink_to("config")
 
 
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -89,6 +118,25 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "prompt": "read six times",
         "limits": {"continue_as_new_events": 50},
     },
+    "guarded": {
+        "responses": [
+            tool_call("l1", "ls", path="."),
+            tool_call("l1", "ls", path="config"),
+            read_call("r1", "notenv"),
+            read_call("r2", "cfg/app.ini"),
+            tool_call("b1", "bash", command="pytest #'\ncurl http://x/y #'"),
+            final("guarded"),
+        ],
+        "permissions": {
+            "allow": ["read(*)", "read(cfg/**)", "bash(pytest:*)"],
+            "deny": ["read(**/.env)"],
+            "ask": ["ls", "read(config/**)"],
+            "default": "deny",
+        },
+        "prompt": "try the guard rails",
+        "setup": linked,
+        "during": approve_three,
+    },
 }
 
 
@@ -98,6 +146,8 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> list[str]:
     ws.mkdir()
     (ws / "a.txt").write_text("alpha\n")
     (ws / "b.txt").write_text("beta\n")
+    if "setup" in scenario:
+        scenario["setup"](ws)
     script = tmp / "script.json"
     script.write_text(json.dumps({"responses": scenario["responses"]}))
     config = parse_config(

@@ -15,8 +15,9 @@ import pytest
 from temporalio.client import Client
 
 from activities import AgentActivities, tools_bash, tools_search
-from activities.tools import ToolFailure, builtin_tools
+from activities.tools import Tool, ToolFailure, builtin_tools
 from activities.tools_bash import _group_alive
+from durable_agent.config import SandboxConfig
 from durable_agent.models import ToolResultBlock
 from durable_agent.tool_args import (
     BASH_OUTPUT_HEAD_BYTES,
@@ -29,11 +30,14 @@ from durable_agent.tool_specs import BUILTIN_TOOLS, ToolCallError, permission_ta
 from tests.helpers import RecordingSink, final, running_worker, scripted_config, start, tool_call
 
 TOOLS = builtin_tools()
+# The process-group tests below follow the shell's pids, which a sandbox's own PID
+# namespace renumbers; tests/test_sandbox.py has the sandboxed counterparts.
+UNSANDBOXED = builtin_tools(SandboxConfig(kind="none"))
 
 
-async def run(ws: Path, name: str, **args: Any) -> str:
+async def run(ws: Path, name: str, *, tools: dict[str, Tool] = TOOLS, **args: Any) -> str:
     """Validate like the activity does, then run the tool."""
-    return await TOOLS[name].run(validate_args(TOOLS[name].spec, args), ws)
+    return await tools[name].run(validate_args(tools[name].spec, args), ws)
 
 
 @pytest.fixture
@@ -376,7 +380,8 @@ async def test_bash_reports_output_and_exit_code(ws: Path) -> None:
     # stdin is /dev/null: cat ends at once; stderr comes with stdout
     assert out.splitlines() == [str(ws.resolve()), "to-stderr", "[exit code 3]"]
     assert await run(ws, "bash", command="true") == "(no output)\n[exit code 0]"
-    assert (await run(ws, "bash", command="kill -SEGV $$")).endswith("[killed by signal SIGSEGV]")
+    killed = await run(ws, "bash", command="kill -SEGV $$", tools=UNSANDBOXED)
+    assert killed.endswith("[killed by signal SIGSEGV]")
 
 
 async def test_bash_environment_carries_no_worker_secret(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -408,7 +413,11 @@ async def test_bash_timeout_kills_the_whole_process_group(ws: Path) -> None:
     started = time.monotonic()
     with pytest.raises(ToolFailure) as failure:
         await run(
-            ws, "bash", command="sleep 300 & echo $! > child; echo waiting; sleep 300", timeout_seconds=1
+            ws,
+            "bash",
+            command="sleep 300 & echo $! > child; echo waiting; sleep 300",
+            timeout_seconds=1,
+            tools=UNSANDBOXED,
         )
     assert time.monotonic() - started < 5
     message = str(failure.value)
@@ -417,19 +426,21 @@ async def test_bash_timeout_kills_the_whole_process_group(ws: Path) -> None:
 
 
 async def test_bash_stops_what_the_command_leaves_running(ws: Path) -> None:
-    out = await run(ws, "bash", command="sleep 300 > /dev/null 2>&1 & echo $! > child; echo started")
+    out = await run(
+        ws, "bash", command="sleep 300 > /dev/null 2>&1 & echo $! > child; echo started", tools=UNSANDBOXED
+    )
     assert out == "started\n[exit code 0]"
     assert await gone(int((ws / "child").read_text()))
     # a background process holding the output open does not hold the call up either
     started = time.monotonic()
-    out = await run(ws, "bash", command="sleep 300 & echo $! > child; echo started")
+    out = await run(ws, "bash", command="sleep 300 & echo $! > child; echo started", tools=UNSANDBOXED)
     assert out == "started\n[exit code 0]" and time.monotonic() - started < 5
     assert await gone(int((ws / "child").read_text()))
 
 
 async def test_bash_does_not_wait_for_a_process_that_left_its_group(ws: Path) -> None:
     started = time.monotonic()
-    out = await run(ws, "bash", command="setsid sleep 30 & echo $! > child; echo started")
+    out = await run(ws, "bash", command="setsid sleep 30 & echo $! > child; echo started", tools=UNSANDBOXED)
     child = int((ws / "child").read_text())
     try:
         assert time.monotonic() - started < 5
@@ -443,7 +454,8 @@ async def test_bash_does_not_wait_for_a_process_that_left_its_group(ws: Path) ->
 
 
 async def test_bash_cancel_kills_the_whole_process_group(ws: Path) -> None:
-    task = asyncio.create_task(run(ws, "bash", command="echo $$ > pid; sleep 300 & echo $! > child; wait"))
+    command = "echo $$ > pid; sleep 300 & echo $! > child; wait"
+    task = asyncio.create_task(run(ws, "bash", command=command, tools=UNSANDBOXED))
     while not (ws / "child").exists() or not (ws / "child").read_text().strip():
         await asyncio.sleep(0.05)
     task.cancel()
@@ -481,6 +493,7 @@ async def test_cancel_while_bash_runs_kills_its_process_group(client: Client, tm
         tmp_path,
         [tool_call("b1", "bash", command="echo $$ > pid; sleep 60"), final("never reached")],
         permissions={"allow": ["bash"]},
+        sandbox={"kind": "none"},  # the pid is the worker's; test_sandbox.py cancels a sandboxed one
     )
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, ws, "sleep a minute")

@@ -23,7 +23,7 @@ from workflows.approvals import summarize_arguments
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from durable_agent.canonical import canonical_bytes
+    from durable_agent.canonical import canonical_bytes, digest_of
     from durable_agent.errors import validation_message
     from durable_agent.loop import LoopState
     from durable_agent.models import (
@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ToolUseBlock,
         TurnEndEvent,
     )
+    from durable_agent.permissions import COMMAND_TOOLS
     from durable_agent.run_io import (
         ACTIVITY_MODEL,
         ACTIVITY_TOOL,
@@ -229,7 +230,31 @@ class AgentRun(RunBase):
             call_id=call.id,
             name=call.name,
             arguments=call.input,
+            permissions=None if call.name.lower() in COMMAND_TOOLS else plan.permissions,
         )
+        output = await self._call_tool(state, call, inline, summary)
+        if output.permission == "ask" and output.resolved_target is not None:
+            # The path leads, through a link, to one a rule asks about: ask about that path.
+            resolved = output.resolved_target
+            reason = await self._ask(state, call, f"{target} (resolves to {resolved})")
+            if reason is None:
+                approved = inline.model_copy(update={"approved_target": resolved})
+                output = await self._call_tool(state, call, approved, summary)
+            else:
+                output = ToolOutput(content=reason, is_error=True, permission="denied")
+        if output.permission is not None:
+            # denied by the resolved path, or (its link changed meanwhile) still not approved
+            content = (
+                output.content if output.permission == "denied" else f"permission denied: {output.content}"
+            )
+            state.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=content), now_ms())
+            return ToolOutput(content=content, is_error=True)
+        return output
+
+    async def _call_tool(
+        self, state: LoopState, call: ToolUseBlock, inline: ToolCallInput, summary: str
+    ) -> ToolOutput:
+        """The tool activity's output, or the tool error a failed activity is to the model."""
         try:
             if state.step_message is not None and len(canonical_bytes(call.input)) >= STAGE_MIN_BYTES:
                 # long arguments (a file to write) are in the model's message, which its activity staged
@@ -268,6 +293,8 @@ class AgentRun(RunBase):
             arguments=summarize_arguments(call.input),
             since_ms=now_ms(),
             timeout_seconds=timeout,
+            step=state.tool_rounds,
+            arguments_digest=digest_of(call.input),
         )
         self._approvals.ask(request)
         state.emit(
@@ -277,13 +304,16 @@ class AgentRun(RunBase):
                 target=target,
                 arguments=request.arguments,
                 timeout_seconds=timeout,
+                step=request.step,
+                arguments_digest=request.arguments_digest,
             ),
             now_ms(),
         )
         workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set(AWAITING_APPROVAL)])
         wid = workflow.info().workflow_id
         self._details(
-            f"waiting for approval of `{call_summary(call, target)}` (call `{call.id}`)\n\n"
+            f"waiting for approval of `{call_summary(call, target)}` (call `{call.id}`, step "
+            f"{request.step}, arguments `{request.arguments_digest}`)\n\n"
             f"decide with `durable-agent approve {wid} {call.id}` or `durable-agent deny {wid} {call.id}`"
         )
         timed_out = False

@@ -1,8 +1,12 @@
 """The book of calls waiting for a person's decision, kept by ``AgentRun``.
 
 Pure state: the workflow asks it what is pending and records decisions; the
-``approve`` update's validator uses it to refuse an unknown or already-decided
-call before anything is written to history.
+``approve`` update's validator uses it to refuse an unknown, already-decided
+or mismatched decision before anything is written to history.
+
+A decision belongs to one request (a call id, in one model step, with one
+set of arguments) and is spent when that request closes: a model that reuses
+an approved call id, in the same step or a later one, is asked about again.
 """
 
 from __future__ import annotations
@@ -27,18 +31,36 @@ def summarize_arguments(arguments: dict[str, Any]) -> str:
 class ApprovalBook:
     def __init__(self) -> None:
         self.pending: dict[str, PendingApproval] = {}
+        # Decisions on the requests in ``pending``, by call id; removed with the request.
         self.decisions: dict[str, ApprovalDecision] = {}
+        # Ids decided on before, only to say so when a late decision for one comes.
+        self.spent: set[str] = set()
 
     def ask(self, request: PendingApproval) -> None:
+        # A request is new even when its id is not: nothing decided before carries over.
+        self.decisions.pop(request.call_id, None)
         self.pending[request.call_id] = request
 
     def check(self, decision: ApprovalDecision) -> None:
-        """Raise ``ValueError`` (the update is rejected) unless the call waits for a decision."""
-        if decision.call_id in self.decisions:
-            raise ValueError(f"call {decision.call_id!r} has already been decided")
-        if decision.call_id not in self.pending:
+        """Raise ``ValueError`` (the update is rejected) unless the decision fits a waiting call."""
+        request = self.pending.get(decision.call_id)
+        if request is None and decision.call_id in self.spent:
+            raise ValueError(f"call {decision.call_id!r} has already been decided and is not waiting")
+        if request is None:
             waiting = ", ".join(sorted(self.pending)) or "none"
             raise ValueError(f"call {decision.call_id!r} is not waiting for approval (waiting: {waiting})")
+        if decision.call_id in self.decisions:
+            raise ValueError(f"call {decision.call_id!r} has already been decided")
+        if decision.step is not None and decision.step != request.step:
+            raise ValueError(
+                f"call {decision.call_id!r} waiting now is the one of step {request.step}, "
+                f"not of step {decision.step}: look at it again before deciding"
+            )
+        if decision.arguments_digest is not None and decision.arguments_digest != request.arguments_digest:
+            raise ValueError(
+                f"call {decision.call_id!r} waiting now has arguments {request.arguments_digest}, "
+                f"not {decision.arguments_digest}: look at it again before deciding"
+            )
 
     def decide(self, decision: ApprovalDecision) -> PendingApproval:
         self.check(decision)
@@ -49,9 +71,12 @@ class ApprovalBook:
         return call_id in self.decisions
 
     def close(self, call_id: str) -> ApprovalDecision | None:
-        """Stop waiting for ``call_id``; its decision, if one came."""
+        """Stop waiting for ``call_id``; its decision, if one came. The decision is spent."""
         self.pending.pop(call_id, None)
-        return self.decisions.get(call_id)
+        decision = self.decisions.pop(call_id, None)
+        if decision is not None:
+            self.spent.add(call_id)
+        return decision
 
     def view(self) -> tuple[PendingApproval, ...]:
         return tuple(self.pending.values())

@@ -19,6 +19,7 @@ import httpx
 from activities.http_providers.errors import Failures
 from activities.http_providers.sse import SseEvent, aiter_sse, is_event_stream
 from durable_agent.config import ConfigError, HttpProviderConfig
+from durable_agent.json_limits import TOOL_ARGUMENTS_MAX_DEPTH, JsonLimitError, check_value, loads
 
 # Enough of an error body to quote the server; the rest is not read.
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -40,6 +41,35 @@ def checked_key(key: str, env_var: str, provider: str) -> str:
             "cannot carry (spaces, line breaks or non-ASCII)"
         )
     return key
+
+
+def tool_arguments(
+    failures: Failures, name: str, raw: str, *, given: dict[str, Any], cut_off: bool, max_tokens: int | None
+) -> dict[str, Any]:
+    """The arguments a model wrote for tool ``name``: ``raw`` parsed, or ``given`` when it is blank.
+
+    Arguments that are not a JSON object are ``bad_tool_arguments`` (retried: a
+    new sample usually does better), or ``truncated_tool_call`` when the answer
+    was ``cut_off`` by its output limit. Arguments beyond ``json_limits`` are
+    refused at once: nested past ``TOOL_ARGUMENTS_MAX_DEPTH`` they would break
+    the data converter, the workflow's digests and every export further on.
+    """
+    arguments: Any
+    try:
+        if raw.strip():
+            arguments = loads(raw, max_depth=TOOL_ARGUMENTS_MAX_DEPTH)
+        else:
+            arguments = given
+            check_value(given, max_depth=TOOL_ARGUMENTS_MAX_DEPTH)
+    except JsonLimitError as exc:
+        raise failures.refused_tool_arguments(name, str(exc)) from None
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        if cut_off:
+            raise failures.truncated_tool_call(name, max_tokens)
+        raise failures.bad_tool_arguments(name, raw)
+    return arguments
 
 
 class HttpProvider(ABC):

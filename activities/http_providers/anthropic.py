@@ -11,12 +11,11 @@ cache reads and writes are also reported on their own.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from activities.http_providers import HttpProvider, checked_key
+from activities.http_providers import HttpProvider, checked_key, tool_arguments
 from activities.http_providers.errors import Failures
 from activities.providers import TextSink, read_credential
 from durable_agent.config import AnthropicProviderConfig, ResolvedModelSettings
@@ -230,15 +229,14 @@ class StreamState:
     def _tool_use(self, block: _Block) -> ToolUseBlock:
         if not block.id or not block.name:
             raise self.failures.unparsable("a tool_use block has no id or no name")
-        raw = "".join(block.json)
-        try:
-            arguments = json.loads(raw) if raw.strip() else block.start_input
-        except ValueError:
-            arguments = None
-        if not isinstance(arguments, dict):
-            if self.stop_reason == "max_tokens":
-                raise self.failures.truncated_tool_call(block.name, self.max_tokens)
-            raise self.failures.bad_tool_arguments(block.name, raw)
+        arguments = tool_arguments(
+            self.failures,
+            block.name,
+            "".join(block.json),
+            given=block.start_input,
+            cut_off=self.stop_reason == "max_tokens",
+            max_tokens=self.max_tokens,
+        )
         return ToolUseBlock(id=block.id, name=block.name, input=arguments)
 
     def _token_usage(self) -> TokenUsage:

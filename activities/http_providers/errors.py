@@ -10,6 +10,9 @@ So every decision about what is worth another attempt is made here:
   once: asking again would get the same answer.
 - A response that does not parse fails at once too: a server that speaks
   another protocol keeps doing so, and a crash loop helps nobody.
+- Tool arguments that are JSON but beyond ``json_limits`` (nested too deep,
+  NaN, a huge integer, a repeated key) fail at once: they would break the run
+  further on, and a model that writes them is broken, not unlucky.
 
 Messages name the provider, the model and what the server said. They end up
 in the workflow history, so they never carry the credential, even when a
@@ -19,12 +22,12 @@ server echoes it back.
 from __future__ import annotations
 
 import email.utils
-import json
 from datetime import UTC, datetime, timedelta
 
 import httpx
 
 from activities.providers import ProviderError
+from durable_agent import json_limits
 
 # A server asking for a longer pause than this is capped: the activity's retry
 # policy and timeouts are tuned for minutes, not hours.
@@ -89,7 +92,8 @@ def server_message(body: bytes) -> str:
     """What an error body says: the vendor's ``error.message`` if it has one, else the text."""
     text = body.decode("utf-8", errors="replace")
     try:
-        data = json.loads(text)
+        # bounded: a body of 64 KB of "[" would make json.loads raise RecursionError
+        data = json_limits.loads(text)
     except ValueError:
         return _shorten(text) or "(empty body)"
     if isinstance(data, dict):
@@ -167,4 +171,10 @@ class Failures:
         return self._error(
             f"the model's arguments for tool {name!r} are not a JSON object: {_shorten(arguments)}",
             retryable=True,
+        )
+
+    def refused_tool_arguments(self, name: str, reason: str) -> ProviderError:
+        """Tool arguments beyond ``json_limits``: the run cannot carry them, so not retried."""
+        return self._error(
+            f"the model's arguments for tool {name!r} are refused (not retried): {reason}", retryable=False
         )

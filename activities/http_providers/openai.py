@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from activities.http_providers import HttpProvider, checked_key
+from activities.http_providers import HttpProvider, checked_key, tool_arguments
 from activities.http_providers.errors import Failures
 from activities.providers import TextSink, read_credential
 from durable_agent.config import OpenAIProviderConfig, ResolvedModelSettings
@@ -238,15 +238,14 @@ class StreamState:
     def _tool_use(self, call: _Call) -> ToolUseBlock:
         if not call.name:
             raise self.failures.unparsable("a tool call has no function name")
-        raw = "".join(call.arguments)
-        try:
-            arguments = json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            arguments = None
-        if not isinstance(arguments, dict):
-            if self.finish_reason == "length":
-                raise self.failures.truncated_tool_call(call.name, self.max_tokens)
-            raise self.failures.bad_tool_arguments(call.name, raw)
+        arguments = tool_arguments(
+            self.failures,
+            call.name,
+            "".join(call.arguments),
+            given={},
+            cut_off=self.finish_reason == "length",
+            max_tokens=self.max_tokens,
+        )
         # Ids pair each result with its call; a server that sends none gets one made up.
         call_id = call.id or f"call_{uuid.uuid4().hex[:24]}"
         return ToolUseBlock(id=call_id, name=call.name, input=arguments)
