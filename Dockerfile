@@ -30,8 +30,16 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
+# The whole repository: durable_agent/workflows, durable_agent/activities and
+# durable_agent/worker.py are relative links to the top-level workflows/,
+# activities/ and worker.py, which COPY keeps as links (they resolve in /app).
 COPY . /app
-RUN pip install --no-cache-dir .
+# `pip install .` packs the links' targets into the one durable_agent package;
+# the import check runs outside /app, so it proves the installed copy is whole.
+# The in-tree build leaves build/ and an egg-info behind: not part of the image.
+RUN pip install --no-cache-dir . \
+    && rm -rf build durable_agent.egg-info \
+    && cd / && python -c "import durable_agent.workflows, durable_agent.activities, durable_agent.worker"
 
 # Docker seeds an empty named volume from the image's directory at the mount
 # point, ownership included. Creating these here, owned by the runtime user,
@@ -41,4 +49,5 @@ RUN mkdir -p /data/store /data/exports /workspace \
 
 USER agent
 
+# From /app, as on a checkout (`python -m durable_agent.worker` runs the same code).
 CMD ["python", "worker.py"]

@@ -1,4 +1,4 @@
-"""``python worker.py``: run an agent worker.
+"""``python worker.py`` (or ``python -m durable_agent.worker``): run an agent worker.
 
 Reads ``TEMPORAL_ADDRESS`` / ``TEMPORAL_NAMESPACE`` (and Temporal's config
 profiles) like Temporal's own tools, the task queue from ``AGENT_TASK_QUEUE``
@@ -10,6 +10,7 @@ and says what to install.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import signal
@@ -19,11 +20,11 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import AgentActivities
-from activities.sandbox import sandbox_problem
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.tools.sandbox import sandbox_problem
 from durable_agent.client import connect, ensure_search_attributes, exit_process, task_queue
 from durable_agent.config import AgentConfig, ConfigError, load_config
-from workflows import AgentRun
+from durable_agent.workflows import AgentRun
 
 log = logging.getLogger("durable_agent.worker")
 
@@ -88,5 +89,14 @@ async def main() -> int:
     return 0
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: no options of its own (the environment configures the worker), only ``--help``."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
+    parse_args()
     exit_process(asyncio.run(main()))

@@ -1,5 +1,5 @@
 """Activities: every side effect of an agent run (model calls, tools, store, sinks)."""
 
-from activities.agent import AgentActivities
+from durable_agent.activities.agent import AgentActivities
 
 __all__ = ["AgentActivities"]

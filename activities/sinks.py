@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Protocol
 
-from activities.files import write_atomic
-from activities.store import safe_name
-from durable_agent.checkpoint import ExportDescriptor, SessionCheckpointExportV1, read_export
+from durable_agent.activities.files import write_atomic
+from durable_agent.activities.store.base import safe_name
+from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1, load_export
 
 
 class SinkError(Exception):
@@ -75,4 +75,4 @@ class FilesystemExportSink:
 
 def read_export_file(path: Path) -> SessionCheckpointExportV1:
     """Read a file the filesystem sink wrote, within the JSON limits (call ``open()`` to validate it)."""
-    return read_export(path)
+    return load_export(path.read_bytes())

@@ -10,7 +10,7 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_agent.run_log import STATE_MISSING, StateMissing
+from durable_agent.core.run_log import STATE_MISSING, StateMissing
 
 T = TypeVar("T")
 

@@ -66,19 +66,20 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from activities import AgentActivities
 from bench.naive import NAIVE_MODEL, NAIVE_WORKFLOW, NaiveAgentRun, NaiveInput, NaiveModel
 from bench.runs import CoreLog, completed_calls, ending, fetch_chain, last_model_input, scan_warnings, settle
 from bench.sink import DigestSink
-from durable_agent.canonical import canonical_bytes
-from durable_agent.checkpoint import ExportError
+from durable_agent.activities import AgentActivities
 from durable_agent.client import connect, ensure_search_attributes, exit_process, start_run
 from durable_agent.config import parse_config
+from durable_agent.core.activity_api import TOOL_CALL
+from durable_agent.core.canonical import canonical_bytes
+from durable_agent.core.export import ExportError
+from durable_agent.core.models import Message, ToolDefinition, ToolResultBlock
+from durable_agent.core.run_api import AgentRunInput
+from durable_agent.core.tool_specs import offered_tools
 from durable_agent.devserver import start_dev_server, stop_dev_server
-from durable_agent.models import Message, ToolDefinition, ToolResultBlock
-from durable_agent.run_io import ACTIVITY_TOOL, AgentRunInput
-from durable_agent.tool_specs import offered_tools
-from worker import build_worker
+from durable_agent.worker import build_worker
 
 WORDS = ("request", "response", "cache", "miss", "retry", "timeout", "worker", "queue", "payload",
          "export", "event", "model", "tool", "turn")  # fmt: skip
@@ -88,7 +89,8 @@ LEVELS = ("DEBUG", "INFO", "INFO", "INFO", "WARN", "ERROR")
 def make_file(path: Path, size: int) -> None:
     """Log-like numbered lines of varied text, ``size`` bytes."""
     rng = random.Random(size)
-    lines, total = [], 0
+    lines: list[str] = []
+    total = 0
     while total < size:
         words = " ".join(rng.choices(WORDS, k=rng.randint(3, 14)))
         origin = f"{rng.choice(LEVELS):<5} svc.{rng.choice(WORDS)}"
@@ -182,7 +184,7 @@ async def measure_ours(b: Bench, n: int) -> dict[str, Any]:
     except ExportError as exc:
         print(f"N={n}: the last export does not open: {exc}", file=sys.stderr)
         messages = ()
-    done = completed_calls(histories, ACTIVITY_TOOL)
+    done = completed_calls(histories, TOOL_CALL.name)
     row = figures(n, histories, done, wall, messages)
     return {
         **row,
@@ -211,7 +213,7 @@ async def measure_naive(b: Bench, n: int) -> dict[str, Any]:
     problem = await settle(handle, 60 + n)
     wall = time.perf_counter() - started
     histories = await fetch_chain(b.client, workflow_id)
-    done = completed_calls(histories, ACTIVITY_TOOL)
+    done = completed_calls(histories, TOOL_CALL.name)
     row = figures(n, histories, done, wall, last_model_input(histories, NAIVE_MODEL))
     outcome = "ok" if problem is None else ending(histories[0])
     return {**row, "window": (window, window + wall), "design": "naive", "outcome": outcome}

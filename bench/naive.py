@@ -17,8 +17,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.providers import ModelProvider
-    from durable_agent.models import (
+    from durable_agent.activities.providers import ModelProvider
+    from durable_agent.core.activity_api import TOOL_CALL, ModelCallInput, ToolCallInput, ToolOutput
+    from durable_agent.core.models import (
         Frozen,
         Message,
         ModelResponse,
@@ -27,7 +28,6 @@ with workflow.unsafe.imports_passed_through():
         ToolResultBlock,
         ToolUseBlock,
     )
-    from durable_agent.run_io import ACTIVITY_TOOL, ModelCallInput, ToolCallInput, ToolOutput
 
 NAIVE_WORKFLOW = "NaiveAgentRun"
 NAIVE_MODEL = "bench.naive_model_call"
@@ -88,7 +88,7 @@ class NaiveAgentRun:
 
     async def _tool(self, inp: NaiveInput, use: ToolUseBlock) -> ToolResultBlock:
         output = await workflow.execute_activity(
-            ACTIVITY_TOOL,
+            TOOL_CALL.name,
             ToolCallInput(
                 run_id=workflow.info().run_id,
                 workspace=inp.workspace,

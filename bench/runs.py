@@ -16,8 +16,8 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, Work
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-from durable_agent.models import Message
-from durable_agent.run_io import ModelCallInput
+from durable_agent.core.activity_api import ModelCallInput
+from durable_agent.core.models import Message
 
 # What Temporal's history service logs (``service/history/workflow/context.go`` and
 # ``common/util.go``, server 1.2x): "history size exceeds warn limit." (10 MB),

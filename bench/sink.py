@@ -11,8 +11,8 @@ import asyncio
 import hashlib
 from dataclasses import dataclass
 
-from activities.sinks import SinkError
-from durable_agent.checkpoint import ExportDescriptor, SessionCheckpointExportV1
+from durable_agent.activities.sinks import SinkError
+from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
 
 
 @dataclass

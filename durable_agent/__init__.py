@@ -1,9 +1,17 @@
-"""Durable agent runtime: the shared contracts (models, checkpoints, config).
+"""Durable agent runtime on Temporal.
 
-The modules the workflow imports (``models``, ``checkpoint``, ``canonical``,
-``permissions``, ``globs``, ``tool_specs``, ``tool_args``, ``run_io``, ``loop``,
-``errors``) are pure: no I/O, safe inside the Temporal workflow sandbox. The
-client side (``client``, ``cli``, ``demo``, ``devserver``) and ``config`` do I/O.
+Layers, bottom up (``tests/test_layers.py`` enforces them):
+
+- ``durable_agent.core``: the pure contracts (models, the export contract, the loop, the
+  permission judge): no I/O and no Temporal, safe inside the workflow sandbox.
+- ``durable_agent.workflows``: the ``AgentRun`` workflow (core + Temporal).
+- ``durable_agent.config`` (the TOML config), ``durable_agent.client`` and
+  ``durable_agent.devserver`` (reaching Temporal).
+- ``durable_agent.activities``: the I/O (models, tools, stores, sinks).
+- ``durable_agent.worker``: a worker for all of the above (``python worker.py``).
+- ``durable_agent.cli``: the ``durable-agent`` command, on top.
+
+This file imports nothing, so importing the core never pulls in the rest.
 """
 
 __version__ = "0.1.0"

@@ -25,10 +25,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 
-from durable_agent.checkpoint import SessionCheckpointExportV1
-from durable_agent.models import EndEvent, EventRecord, LiveText
-from durable_agent.run_io import (
-    ACTIVITY_MODEL,
+from durable_agent.core.activity_api import MODEL_CALL
+from durable_agent.core.export import SessionCheckpointExportV1
+from durable_agent.core.models import EndEvent, EventRecord, LiveText
+from durable_agent.core.run_api import (
     QUERY_EVENTS,
     SA_RUN_STATUS,
     SA_SESSION_ID,
@@ -240,7 +240,7 @@ async def _follow(
 def _live_text(desc: WorkflowExecutionDescription) -> LiveText | None:
     """The streaming text of the model call in flight, from its latest heartbeat."""
     for pending in desc.raw_description.pending_activities:
-        if pending.activity_type.name != ACTIVITY_MODEL or not pending.heartbeat_details.payloads:
+        if pending.activity_type.name != MODEL_CALL.name or not pending.heartbeat_details.payloads:
             continue
         converter = pydantic_data_converter.payload_converter
         try:

@@ -14,9 +14,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from durable_agent.errors import validation_problems
-from durable_agent.permissions import PermissionPolicy
-from durable_agent.run_io import Limits, Timeouts
+from durable_agent.core.errors import validation_problems
+from durable_agent.core.permissions import PermissionPolicy
+from durable_agent.core.plan import Limits, Timeouts
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -131,7 +131,7 @@ SinkConfig = FilesystemSinkConfig
 
 
 class SandboxConfig(_Strict):
-    """Where the ``bash`` tool's commands run: ``activities.sandbox`` says what each setting does.
+    """Where the ``bash`` tool's commands run (``durable_agent.activities.tools.sandbox``).
 
     ``bubblewrap`` (the default) runs each command in a bubblewrap sandbox:
     the workspace writable, the rest of the file system read-only, no

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from durable_agent.run_io import SA_RUN_STATUS, SA_SESSION_ID
+from durable_agent.core.run_api import SA_RUN_STATUS, SA_SESSION_ID
 
 if TYPE_CHECKING:
     from temporalio.testing import WorkflowEnvironment

@@ -1,6 +1,8 @@
 """Check that a run started by an older version goes on, live, on this one.
 
-    python scripts/check_upgrade.py [OLD_COMMIT]      # default: e0b4055, the last pre-linear main
+    python scripts/check_upgrade.py [OLD_COMMIT]      # default: c144c0f, the last main before 0.2's layout
+
+(``e0b4055``, the last main before linear history, checks that upgrade too.)
 
 A worker of the old commit (a git worktree) starts a run that reads a file
 twice, then waits for a person's approval of an ``ls``; the old worker stops.
@@ -14,6 +16,7 @@ the old format, as the new code finds it.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import subprocess
@@ -41,17 +44,16 @@ async def phase(name: str, tmp: Path) -> None:
     from temporalio.client import Client
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    from activities import AgentActivities
-    from durable_agent.client import ensure_search_attributes, start_run
-    from durable_agent.run_io import (
-        AgentRunInput,
-        AgentRunResult,
-        ApprovalAnswer,
-        ApprovalDecision,
-        RunStatusView,
+    api = _layout()
+    AgentActivities, build_worker = api["AgentActivities"], api["build_worker"]
+    AgentRunInput, AgentRunResult = api["AgentRunInput"], api["AgentRunResult"]
+    ApprovalAnswer, ApprovalDecision, RunStatusView = (
+        api["ApprovalAnswer"],
+        api["ApprovalDecision"],
+        api["RunStatusView"],
     )
+    from durable_agent.client import ensure_search_attributes, start_run
     from tests.helpers import scripted_config
-    from worker import build_worker
 
     client = await Client.connect(ADDRESS, data_converter=pydantic_data_converter)
     config = scripted_config(tmp, RESPONSES, permissions=PERMISSIONS)
@@ -72,8 +74,7 @@ async def phase(name: str, tmp: Path) -> None:
         await handle.execute_update("approve", decision, result_type=ApprovalAnswer)
         result = await handle.result()
     print(f"new: {result.status} {result.text!r}, exports {[e.turn for e in result.exports]}", flush=True)
-    from activities.sinks import read_export_file
-
+    read_export_file = api["read_export_file"]
     last = read_export_file(sorted((tmp / "exports").rglob("turn-*.json"))[-1]).open()
     ids = [b.tool_use_id for m in last.logical_resume.messages for b in m.content if b.type == "tool_result"]
     print(f"new: last export turn {last.logical_resume.turn} holds results {ids}", flush=True)
@@ -81,6 +82,41 @@ async def phase(name: str, tmp: Path) -> None:
     if not (ok and ids == ["r1", "r2", "l1", "r3"] and not result.persistence_failures):
         raise SystemExit("upgrade check FAILED")
     print("upgrade check passed", flush=True)
+
+
+RUN_API_NAMES = ("AgentRunInput", "AgentRunResult", "ApprovalAnswer", "ApprovalDecision", "RunStatusView")
+
+
+def _layout() -> dict[str, Any]:
+    """The names a phase needs, from either layout: ``durable_agent.*`` (0.2 on) or the
+    top-level ``activities``/``worker`` modules and ``durable_agent.run_io`` before it."""
+    names = {
+        "AgentActivities": ("durable_agent.activities", "activities"),
+        "build_worker": ("durable_agent.worker", "worker"),
+        "read_export_file": ("durable_agent.activities.sinks", "activities.sinks"),
+        **{
+            name: ("durable_agent.core.run_api", "durable_agent.run_io")
+            for name in (
+                "AgentRunInput",
+                "AgentRunResult",
+                "ApprovalAnswer",
+                "ApprovalDecision",
+                "RunStatusView",
+            )
+        },
+    }
+    tree = Path(os.environ["PYTHONPATH"]).resolve()
+    found: dict[str, Any] = {}
+    for name, (new, old) in names.items():
+        try:
+            module = importlib.import_module(new)
+            # an editable install of this tree must not stand in for the old tree's modules
+            if not Path(str(module.__file__)).resolve().is_relative_to(tree):
+                raise ImportError(new)
+        except ImportError:
+            module = importlib.import_module(old)
+        found[name] = getattr(module, name)
+    return found
 
 
 def run_phase(name: str, tree: Path, tmp: Path) -> None:
@@ -94,7 +130,7 @@ def main() -> None:
         sys.path.insert(0, os.environ["PYTHONPATH"])
         asyncio.run(phase(sys.argv[2], Path(sys.argv[3])))
         os._exit(0)  # temporalio/sdk-python#300: leave before interpreter shutdown
-    old_commit = sys.argv[1] if len(sys.argv) > 1 else "e0b4055"
+    old_commit = sys.argv[1] if len(sys.argv) > 1 else "c144c0f"
     sys.path.insert(0, str(ROOT))
     from durable_agent.devserver import start_dev_server, stop_dev_server
 

@@ -4,14 +4,15 @@ Run it only for an intended change that breaks replay (ship such a change
 behind ``workflow.patched``, or as a new workflow version, and keep the old
 histories): ::
 
-    python scripts/record_history.py basic tests/histories/agent_run_v2.json
-    python scripts/record_history.py approval tests/histories/agent_run_approval_v2.json
-    python scripts/record_history.py continued tests/histories/agent_run_continued_v2.json
+    python scripts/record_history.py approval tests/histories/agent_run_approval_v3.json
+    python scripts/record_history.py continued tests/histories/agent_run_continued_v3.json
     python scripts/record_history.py guarded tests/histories/agent_run_guarded_v2.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
-``linear-history`` patch. ``*_v2`` are linear.
+``linear-history`` patch. ``*_v2`` are linear. ``*_v3`` come from the 0.2 layout, whose
+commands are the same but whose inputs differ: the plan is resolved without the prompt
+(``ResolveInput.settings``), and a run continues as new without it (its plan carries it).
 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the
@@ -38,10 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
-from activities import AgentActivities  # noqa: E402
+from durable_agent.activities import AgentActivities  # noqa: E402
 from durable_agent.config import parse_config  # noqa: E402
+from durable_agent.core.run_api import ApprovalAnswer, ApprovalDecision, RunStatusView  # noqa: E402
 from durable_agent.devserver import start_ephemeral_server  # noqa: E402
-from durable_agent.run_io import ApprovalAnswer, ApprovalDecision, RunStatusView  # noqa: E402
 from tests.helpers import final, read_call, running_worker, start, tool_call  # noqa: E402
 
 

@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from temporalio.client import Client, WorkflowHandle
 
-from activities import AgentActivities
-from activities.providers import ModelProvider, TextSink
-from activities.sinks import SinkError
-from durable_agent.checkpoint import SessionCheckpointExportV1
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.providers import ModelProvider, TextSink
+from durable_agent.activities.sinks import SinkError
 from durable_agent.client import start_run
 from durable_agent.config import AgentConfig, parse_config
-from durable_agent.models import Message, ModelResponse
-from durable_agent.run_io import AgentRunInput, AgentRunResult, ModelCallInput, RunStatusView
-from worker import build_worker
+from durable_agent.core.activity_api import ModelCallInput
+from durable_agent.core.export import SessionCheckpointExportV1
+from durable_agent.core.models import Message, ModelResponse
+from durable_agent.core.run_api import AgentRunInput, AgentRunResult, RunStatusView
+from durable_agent.worker import build_worker
+
+T = TypeVar("T")
 
 
 def tool_call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
@@ -118,11 +122,12 @@ async def start(
 
 
 class RecordingProvider:
-    """Wraps a provider; keeps the conversation of every model call that reaches it."""
+    """Wraps a provider; keeps the conversation of every model call that reaches it, and its answer."""
 
     def __init__(self, inner: ModelProvider) -> None:
         self.inner = inner
         self.seen: list[tuple[Message, ...]] = []
+        self.answers: list[ModelResponse] = []
 
     @property
     def calls(self) -> int:
@@ -130,16 +135,85 @@ class RecordingProvider:
 
     async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
         self.seen.append(call.messages)
-        return await self.inner.complete(call, model, on_text)
+        answer = await self.inner.complete(call, model, on_text)
+        self.answers.append(answer)
+        return answer
+
+
+@overload
+async def until(
+    what: str | Callable[[], str],
+    check: Callable[[], Awaitable[T | None]],
+    timeout: float = 20,
+    *,
+    interval: float = 0.05,
+    still: Callable[[], object] | None = None,
+) -> T: ...
+
+
+@overload
+async def until(
+    what: str | Callable[[], str],
+    check: Callable[[], T | None],
+    timeout: float = 20,
+    *,
+    interval: float = 0.05,
+    still: Callable[[], object] | None = None,
+) -> T: ...
+
+
+async def until(
+    what: str | Callable[[], str],
+    check: Callable[[], object],
+    timeout: float = 20,
+    *,
+    interval: float = 0.05,
+    still: Callable[[], object] | None = None,
+) -> object:
+    """Poll ``check`` (a plain or an async callable) until it gives something truthy; return that.
+
+    ``what`` names what is awaited (or is called, at the timeout, to say it with what
+    was last seen): after ``timeout`` seconds an ``AssertionError`` says
+    ``timed out after 20 s waiting for <what>`` and shows the last value seen.
+    ``still``, when given, runs before each pause and may raise to stop the wait at
+    once (e.g. asserting that a worker process it depends on is still alive).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if still is not None:
+            still()
+        if time.monotonic() >= deadline:
+            awaited = what if isinstance(what, str) else what()
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {awaited} (last: {value!r})")
+        await asyncio.sleep(interval)
+
+
+async def run_status(handle: WorkflowHandle[Any, Any]) -> RunStatusView:
+    """The run's ``status`` query, typed."""
+    status: RunStatusView = await handle.query("status", result_type=RunStatusView)
+    return status
+
+
+async def status_when(
+    handle: WorkflowHandle[Any, Any], fits: Callable[[RunStatusView], bool], what: str, timeout: float = 20
+) -> RunStatusView:
+    """The run's status once it ``fits`` (``what`` says how, for the timeout's message)."""
+    seen: list[RunStatusView] = []
+
+    async def fitting() -> RunStatusView | None:
+        seen[:] = [await run_status(handle)]
+        return seen[0] if fits(seen[0]) else None
+
+    return await until(lambda: f"{what}; the run's status: {seen[-1:]}", fitting, timeout, interval=0.1)
 
 
 async def awaiting_approval(
     handle: WorkflowHandle[Any, AgentRunResult], timeout: float = 20
 ) -> RunStatusView:
-    """The run's status once a call waits for approval (or when ``timeout`` is up)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        status = await handle.query("status", result_type=RunStatusView)
-        if status.pending_approvals or time.monotonic() > deadline:
-            return status
-        await asyncio.sleep(0.1)
+    """The run's status once a call waits for approval."""
+    return await status_when(handle, lambda s: bool(s.pending_approvals), "a call to await approval", timeout)

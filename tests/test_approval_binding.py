@@ -8,7 +8,6 @@ approve a call with other arguments.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,17 +15,25 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from activities import AgentActivities
-from durable_agent.canonical import digest_of
-from durable_agent.models import ConfirmationReceivedEvent, ConfirmationRequiredEvent, ToolEndEvent
-from durable_agent.run_io import (
+from durable_agent.activities import AgentActivities
+from durable_agent.core.canonical import digest_of
+from durable_agent.core.models import ConfirmationReceivedEvent, ConfirmationRequiredEvent, ToolEndEvent
+from durable_agent.core.run_api import (
     AgentRunResult,
     ApprovalAnswer,
     ApprovalDecision,
     PendingApproval,
-    RunStatusView,
 )
-from tests.helpers import RecordingSink, final, running_worker, scripted_config, start, tool_call
+from tests.helpers import (
+    RecordingSink,
+    final,
+    run_status,
+    running_worker,
+    scripted_config,
+    start,
+    tool_call,
+    until,
+)
 
 PERMISSIONS = {"ask": ["ls"], "default": "deny"}
 
@@ -46,18 +53,16 @@ async def waiting(
     handle: WorkflowHandle[Any, AgentRunResult], fits: Callable[[PendingApproval], bool], timeout: float = 20
 ) -> PendingApproval:
     """The call waiting for approval once one that ``fits`` waits."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = await handle.query("status", result_type=RunStatusView)
-        for pending in status.pending_approvals:
-            if fits(pending):
-                return pending
-        await asyncio.sleep(0.05)
-    raise AssertionError("no call of that kind waited for approval")
+
+    async def fitting() -> PendingApproval | None:
+        return next((p for p in (await run_status(handle)).pending_approvals if fits(p)), None)
+
+    return await until("a call of that kind to await approval", fitting, timeout)
 
 
 async def decide(handle: WorkflowHandle[Any, AgentRunResult], decision: ApprovalDecision) -> ApprovalAnswer:
-    return await handle.execute_update("approve", decision, result_type=ApprovalAnswer)
+    answer: ApprovalAnswer = await handle.execute_update("approve", decision, result_type=ApprovalAnswer)
+    return answer
 
 
 def events_of(sink: RecordingSink) -> list[Any]:
@@ -148,7 +153,7 @@ async def test_a_decision_on_other_arguments_or_another_step_is_rejected(
         with pytest.raises(WorkflowUpdateFailedError) as rejected:
             await decide(handle, wrong)
         assert message in str(rejected.value.cause)
-        still = await handle.query("status", result_type=RunStatusView)
+        still = await run_status(handle)
         assert [p.call_id for p in still.pending_approvals] == ["l1"]
         right = ApprovalDecision(
             call_id="l1", approved=True, step=pending.step, arguments_digest=pending.arguments_digest

@@ -9,14 +9,15 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from activities import AgentActivities
-from durable_agent.models import (
+from durable_agent.activities import AgentActivities
+from durable_agent.core.models import (
     ConfirmationReceivedEvent,
     ConfirmationRequiredEvent,
     PermissionDeniedEvent,
     ToolEndEvent,
 )
-from durable_agent.run_io import AgentRunResult, ApprovalAnswer, ApprovalDecision, RunStatusView
+from durable_agent.core.run_api import AgentRunResult, ApprovalAnswer, ApprovalDecision, RunStatusView
+from durable_agent.worker import build_worker
 from tests.helpers import (
     RecordingSink,
     awaiting_approval,
@@ -26,8 +27,8 @@ from tests.helpers import (
     scripted_config,
     start,
     tool_call,
+    until,
 )
-from worker import build_worker
 
 PERMISSIONS = {"allow": ["read(a.txt)"], "deny": ["read(.env)"], "ask": ["ls"], "default": "deny"}
 
@@ -43,11 +44,12 @@ def workspace(tmp_path: Path) -> Path:
 async def decide(
     handle: WorkflowHandle[Any, AgentRunResult], call_id: str, approved: bool, reason: str | None = None
 ) -> ApprovalAnswer:
-    return await handle.execute_update(
+    answer: ApprovalAnswer = await handle.execute_update(
         "approve",
         ApprovalDecision(call_id=call_id, approved=approved, reason=reason),
         result_type=ApprovalAnswer,
     )
+    return answer
 
 
 async def test_allowed_denied_and_approved_calls_in_one_run(client: Client, tmp_path: Path) -> None:
@@ -65,13 +67,12 @@ async def test_allowed_denied_and_approved_calls_in_one_run(client: Client, tmp_
         assert (waiting.call_id, waiting.tool, waiting.target) == ("l1", "ls", ".")
         assert waiting.arguments == '{"path": "."}' and waiting.since_ms > 0
         # the run is findable as waiting for a person
-        found: list[str] = []
-        for _ in range(150):
-            query = 'AgentSessionId = "approval-session" AND AgentRunStatus = "awaiting_approval"'
-            found = [w.id async for w in client.list_workflows(query)]
-            if found:
-                break
-            await asyncio.sleep(0.2)
+        query = 'AgentSessionId = "approval-session" AND AgentRunStatus = "awaiting_approval"'
+
+        async def listed() -> list[str]:
+            return [w.id async for w in client.list_workflows(query)]
+
+        found = await until("the visibility listing of the waiting run", listed, 30, interval=0.2)
         assert found == [handle.id]
         answer = await decide(handle, "l1", True, "looks harmless")
         assert answer == ApprovalAnswer(call_id="l1", tool="ls", approved=True)

@@ -11,10 +11,10 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import Client, WorkflowFailureError
 
-from activities import AgentActivities
-from durable_agent.canonical import canonical_bytes
-from durable_agent.models import PermissionDeniedEvent, ToolEndEvent
-from durable_agent.run_io import WORKFLOW_TYPE, AgentRunResult
+from durable_agent.activities import AgentActivities
+from durable_agent.core.canonical import canonical_bytes
+from durable_agent.core.models import PermissionDeniedEvent, ToolEndEvent
+from durable_agent.core.run_api import WORKFLOW_TYPE, AgentRunResult
 from tests.helpers import (
     RecordingSink,
     final,
@@ -210,8 +210,8 @@ async def test_a_history_near_temporal_limits_ends_the_run_cleanly(client: Clien
 async def test_a_tool_unsafe_to_repeat_is_not_retried_after_our_own_error(
     client: Client, tmp_path: Path
 ) -> None:
-    from activities.tools import Tool, builtin_tools
-    from durable_agent.tool_specs import ToolArgs, ToolSpec
+    from durable_agent.activities.tools import Tool, builtin_tools
+    from durable_agent.core.tool_specs import ToolArgs, ToolSpec
 
     calls: list[str] = []
 
@@ -224,8 +224,8 @@ async def test_a_tool_unsafe_to_repeat_is_not_retried_after_our_own_error(
 
     tools = {
         **builtin_tools(),
-        "once": Tool(ToolSpec("once", "Not safe to repeat.", Args, None, repeatable=False), explode),  # type: ignore[arg-type]
-        "again": Tool(ToolSpec("again", "Safe to repeat.", Args, None), explode),  # type: ignore[arg-type]
+        "once": Tool(ToolSpec("once", "Not safe to repeat.", Args, None, repeatable=False), explode),
+        "again": Tool(ToolSpec("again", "Safe to repeat.", Args, None), explode),
     }
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,18 +10,20 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
-from activities import AgentActivities
-from activities.tools import Tool, builtin_tools
-from durable_agent.models import ToolEndEvent
-from durable_agent.run_io import AgentRunResult, RunStatusView
-from durable_agent.tool_specs import ToolArgs, ToolSpec
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.tools import Tool, builtin_tools
+from durable_agent.core.models import ToolEndEvent
+from durable_agent.core.run_api import AgentRunResult, RunStatusView
+from durable_agent.core.tool_specs import ToolArgs, ToolSpec
 from tests.helpers import (
     RecordingSink,
     final,
     running_worker,
     scripted_config,
     start,
+    status_when,
     tool_call,
+    until,
     workspace_with,
 )
 
@@ -53,7 +54,7 @@ class WaitTools:
 
     def tools(self) -> dict[str, Tool]:
         spec = ToolSpec("wait", "Wait a while.", WaitArgs, None)
-        return {**builtin_tools(), "wait": Tool(spec, self.run)}  # type: ignore[arg-type]
+        return {**builtin_tools(), "wait": Tool(spec, self.run)}
 
 
 def wait_config(tmp_path: Path, seconds: float) -> object:
@@ -74,15 +75,6 @@ async def minute_long_tool(
         handle = await start(client, queue, workspace_with(tmp_path, {}), "wait a minute")
         await asyncio.wait_for(waiter.started.wait(), 10)
         yield handle
-
-
-async def wait_for_status(handle: object, predicate: object, timeout: float = 10) -> RunStatusView:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = await handle.query("status", result_type=RunStatusView)  # type: ignore[attr-defined]
-        if predicate(status) or time.monotonic() > deadline:  # type: ignore[operator]
-            return status
-        await asyncio.sleep(0.1)
 
 
 async def test_cancel_signal_while_a_tool_runs_ends_the_run_within_seconds(
@@ -128,7 +120,7 @@ async def test_cancel_signal_during_a_model_call(client: Client, tmp_path: Path)
     config = scripted_config(tmp_path, [{"text": "slow answer", "delay_ms": 60_000}])
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, workspace_with(tmp_path, {}), "think hard")
-        await wait_for_status(handle, lambda s: s.status == "executing")
+        await status_when(handle, lambda s: s.status == "executing", "the run to execute", 10)
         await asyncio.sleep(0.5)
         await handle.signal("cancel", "too slow")
         result = await asyncio.wait_for(handle.result(), 15)
@@ -142,7 +134,7 @@ async def test_cancel_before_the_first_step_and_temporal_cancel_both_end_cancell
     async with running_worker(client, AgentActivities(config)) as queue:
         # a Temporal cancel request (UI button, `temporal workflow cancel`) is honoured too
         handle = await start(client, queue, workspace_with(tmp_path, {}), "think hard")
-        await wait_for_status(handle, lambda s: s.status == "executing")
+        await status_when(handle, lambda s: s.status == "executing", "the run to execute", 10)
         await handle.cancel()
         result = await asyncio.wait_for(handle.result(), 15)
         assert result.status == "cancelled"
@@ -160,16 +152,12 @@ async def test_cancel_after_a_boundary_ends_the_run_with_that_boundary_exported(
         permissions={"allow": ["wait"]},
     )
     sink = RecordingSink()
-    acts = AgentActivities(config, tools=waiter.tools(), sinks={"local": sink})  # type: ignore[arg-type]
+    acts = AgentActivities(config, tools=waiter.tools(), sinks={"local": sink})
     async with running_worker(client, acts) as queue:
         handle = await start(client, queue, workspace_with(tmp_path, {}), "wait twice")
-        status = await wait_for_status(handle, lambda s: s.exports_delivered >= 1)
+        status = await status_when(handle, lambda s: s.exports_delivered >= 1, "the first export", 10)
         assert status.turn == 1
-        for _ in range(200):  # the second, long wait is running
-            if waiter.starts == 2:
-                break
-            await asyncio.sleep(0.05)
-        assert waiter.starts == 2
+        await until("the second, long wait to run", lambda: waiter.starts == 2, 10)
         await handle.signal("cancel")
         result = await asyncio.wait_for(handle.result(), 15)
     assert result.status == "cancelled"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.sinks import FilesystemExportSink, read_export_file
-from durable_agent.canonical import canonical_bytes, digest_of, sha256_digest
-from durable_agent.checkpoint import (
+from durable_agent.activities.sinks import FilesystemExportSink, read_export_file
+from durable_agent.core.canonical import canonical_bytes, digest_of, sha256_digest
+from durable_agent.core.export import (
     CheckpointPayload,
     ContentDrift,
     EncodingError,
@@ -19,12 +19,12 @@ from durable_agent.checkpoint import (
     SessionCheckpointExportV1,
     open_export,
 )
-from durable_agent.loop import LoopState
-from durable_agent.models import Message, ModelResponse, TextBlock, TokenUsage, ToolUseBlock
-from durable_agent.permissions import PermissionPolicy
-from durable_agent.run_io import RunPlan
-from durable_agent.run_log import RunLog, build_export
-from durable_agent.tool_specs import BUILTIN_TOOLS, capability_binding
+from durable_agent.core.loop import LoopState
+from durable_agent.core.models import Message, ModelResponse, TextBlock, TokenUsage, ToolUseBlock
+from durable_agent.core.permissions import PermissionPolicy
+from durable_agent.core.plan import RunPlan
+from durable_agent.core.run_log import RunLog, build_export
+from durable_agent.core.tool_specs import BUILTIN_TOOLS, capability_binding
 
 
 def plan() -> RunPlan:
@@ -188,7 +188,7 @@ def test_text_and_tool_results_shape_the_conversation() -> None:
 
 
 def test_events_carry_a_preview_of_long_tool_inputs_and_outputs() -> None:
-    from durable_agent.models import TOOL_OUTPUT_PREVIEW_CHARS, ToolEndEvent, ToolStartEvent
+    from durable_agent.core.models import TOOL_OUTPUT_PREVIEW_CHARS, ToolEndEvent, ToolStartEvent
 
     big = "x" * (TOOL_OUTPUT_PREVIEW_CHARS + 500)
     start = ToolStartEvent.of("w1", "write", {"file_path": "a.txt", "content": big})

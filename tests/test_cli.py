@@ -21,11 +21,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import AgentActivities
+from durable_agent.activities import AgentActivities
 from durable_agent.client import follow_events
-from durable_agent.models import CheckpointExportedEvent, EndEvent, EventRecord
-from durable_agent.run_io import AgentRunResult, RunStatusView
-from tests.helpers import final, read_call, running_worker, scripted_config, start, workspace_with
+from durable_agent.core.models import CheckpointExportedEvent, EndEvent, EventRecord
+from durable_agent.core.run_api import AgentRunResult, RunStatusView
+from tests.helpers import final, read_call, running_worker, scripted_config, start, until, workspace_with
 
 DEMO_FINAL_TEXT = "does not guard against a zero divisor"
 
@@ -266,13 +266,14 @@ async def test_approvals_are_listed_approved_and_denied_from_the_cli(client: Cli
     )
 
     async def listed(*args: str, call_id: str) -> str:
-        for _ in range(100):  # the listing of every run goes through visibility, which may lag
+        outs: list[str] = []
+
+        async def listing() -> str | None:  # the listing of every run goes through visibility, which may lag
             done = await cli("approvals", *args, client=client, cwd=tmp_path)
-            out = done.out + done.err
-            if call_id in out:
-                return out
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"{call_id} was never listed: {out}")
+            outs.append(done.out + done.err)
+            return outs[-1] if call_id in outs[-1] else None
+
+        return await until(lambda: f"{call_id} to be listed: {outs[-1:]}", listing, 30, interval=0.1)
 
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, ws, "list twice")

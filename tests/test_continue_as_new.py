@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client
 
-from activities import AgentActivities
+from durable_agent.activities import AgentActivities
 from durable_agent.client import follow_events
-from durable_agent.models import EndEvent, EventRecord, ToolEndEvent
-from durable_agent.run_io import AgentRunResult, ApprovalAnswer, ApprovalDecision, RunStatusView
-from tests.helpers import RecordingSink, final, read_call, running_worker, scripted_config, start, tool_call
+from durable_agent.core.models import EndEvent, EventRecord, ToolEndEvent
+from durable_agent.core.run_api import AgentRunResult, ApprovalAnswer, ApprovalDecision
+from tests.helpers import (
+    RecordingSink,
+    awaiting_approval,
+    final,
+    read_call,
+    running_worker,
+    scripted_config,
+    start,
+    status_when,
+    tool_call,
+)
 
 N_READS = 8
 
@@ -94,21 +103,14 @@ async def test_status_approvals_and_cancel_reach_a_continued_run(client: Client,
     )
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, ws, "read, then ask to list")
-        for _ in range(600):
-            status = await handle.query("status", result_type=RunStatusView)
-            if status.pending_approvals:
-                break
-            await asyncio.sleep(0.05)
+        status = await awaiting_approval(handle, 30)
         assert status.turn == 5 and [p.call_id for p in status.pending_approvals] == ["l1"]
         answer = await handle.execute_update(
             "approve", ApprovalDecision(call_id="l1", approved=True), result_type=ApprovalAnswer
         )
         assert answer.approved
-        for _ in range(600):  # the 6th boundary's export acknowledged, then cancel
-            status = await handle.query("status", result_type=RunStatusView)
-            if status.exports_delivered == 6:
-                break
-            await asyncio.sleep(0.05)
+        # the 6th boundary's export acknowledged, then cancel
+        await status_when(handle, lambda s: s.exports_delivered == 6, "the 6th export", 30)
         await handle.signal("cancel", "enough")
         result: AgentRunResult = await handle.result()
         events = [r.event for r in await handle.query("events", 0, result_type=list[EventRecord])]

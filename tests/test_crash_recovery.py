@@ -29,9 +29,11 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
-from activities.sinks import read_export_file
+from durable_agent.activities.sinks import read_export_file
 from durable_agent.client import start_run
-from durable_agent.run_io import ACTIVITY_MODEL, ACTIVITY_TOOL, AgentRunInput, AgentRunResult
+from durable_agent.core.activity_api import MODEL_CALL, TOOL_CALL
+from durable_agent.core.run_api import AgentRunInput, AgentRunResult
+from tests.helpers import until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 N_CALLS = 6
@@ -161,15 +163,16 @@ def workers(client: Client, config: Path, tmp: Path) -> Iterator[WorkerProcesses
 # --- waiting ------------------------------------------------------------------
 
 
-async def until(
+async def until_alive(
     what: str, check: Callable[[], Awaitable[bool]], timeout: float, procs: WorkerProcesses
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
+    """``until``, failing at once should the newest worker process exit meanwhile."""
+
+    def worker_runs() -> None:
         for proc in procs.procs[-1:]:
             assert proc.poll() is None, f"worker exited with {proc.returncode} while waiting for {what}"
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
-        await asyncio.sleep(0.05)
+
+    await until(what, check, timeout, still=worker_runs)
 
 
 def export_files(sink_root: Path) -> list[Path]:
@@ -265,7 +268,7 @@ async def test_kill_9_after_two_exports_second_worker_finishes(client: Client, t
         async def two_exports() -> bool:
             return len(export_files(sink_root)) >= 2
 
-        await until("two export files", two_exports, 45, procs)
+        await until_alive("two export files", two_exports, 45, procs)
         procs.kill(first)
         assert len(export_files(sink_root)) < N_CALLS, "the run finished before the kill: no crash tested"
         second = procs.start()
@@ -282,14 +285,14 @@ async def test_kill_9_while_model_call_in_flight(client: Client, tmp_path: Path)
         )
 
         async def third_model_call_running() -> bool:
-            pending = await pending_activity(handle, ACTIVITY_MODEL)
+            pending = await pending_activity(handle, MODEL_CALL.name)
             return len(export_files(sink_root)) == 2 and pending is not None and pending[1]
 
-        await until("the 3rd model call to start", third_model_call_running, 45, procs)
+        await until_alive("the 3rd model call to start", third_model_call_running, 45, procs)
         procs.kill(first)
         second = procs.start()
         await check_recovered_run(handle, sink_root, first.pid, second.pid)
-    model_attempts = await retried_attempts(handle, ACTIVITY_MODEL)
+    model_attempts = await retried_attempts(handle, MODEL_CALL.name)
     assert model_attempts[2] >= 2, model_attempts  # the 3rd model call ran again after the kill
     assert all(a == 1 for i, a in enumerate(model_attempts) if i != 2), model_attempts
 
@@ -310,17 +313,17 @@ async def test_kill_9_while_tool_call_in_flight(client: Client, tmp_path: Path) 
         async def tool_attempt_running(attempt: int) -> bool:
             if len(export_files(sink_root)) != 2:  # after turn 2, the only tool call is the 3rd
                 return False
-            pending = await pending_activity(handle, ACTIVITY_TOOL)
+            pending = await pending_activity(handle, TOOL_CALL.name)
             return pending is not None and pending[0] >= attempt and pending[1]
 
-        await until("the 3rd tool call to start", lambda: tool_attempt_running(1), 45, procs)
+        await until_alive("the 3rd tool call to start", lambda: tool_attempt_running(1), 45, procs)
         assert len(export_files(sink_root)) == 2
         procs.kill(first)
         second = procs.start()
-        await until("the 3rd tool call to be retried", lambda: tool_attempt_running(2), 45, procs)
+        await until_alive("the 3rd tool call to be retried", lambda: tool_attempt_running(2), 45, procs)
         (workspace / "go").touch()
         await check_recovered_run(handle, sink_root, first.pid, second.pid)
-    tool_attempts = await retried_attempts(handle, ACTIVITY_TOOL)
+    tool_attempts = await retried_attempts(handle, TOOL_CALL.name)
     assert tool_attempts[2] >= 2 and tool_attempts.count(1) == N_CALLS - 1, tool_attempts
 
 
@@ -336,7 +339,7 @@ async def test_kill_9_as_the_run_continues_as_new(client: Client, tmp_path: Path
         async def continued() -> bool:
             return (await handle.describe()).run_id != handle.first_execution_run_id
 
-        await until("the run to continue as new", continued, 45, procs)
+        await until_alive("the run to continue as new", continued, 45, procs)
         procs.kill(first)  # the new execution's first workflow task is in flight, or only just done
         assert len(export_files(sink_root)) < N_CALLS, "the run finished before the kill: no crash tested"
         second = procs.start()

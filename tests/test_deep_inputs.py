@@ -22,25 +22,25 @@ import pytest
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from activities import AgentActivities
-from activities.http_providers.errors import Failures
-from durable_agent.canonical import CanonicalJsonError, canonical_bytes, digest_of, sha256_digest
-from durable_agent.checkpoint import (
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.providers.http_errors import Failures
+from durable_agent.cli.commands import run_cli
+from durable_agent.core.canonical import CanonicalJsonError, canonical_bytes, digest_of, sha256_digest
+from durable_agent.core.export import (
     EncodingError,
     InvalidDescriptor,
     SessionCheckpointExportV1,
     load_export,
     open_export,
 )
-from durable_agent.cli import run_cli
-from durable_agent.json_limits import (
+from durable_agent.core.json_limits import (
     DOCUMENT_MAX_DEPTH,
     TOOL_ARGUMENTS_MAX_DEPTH,
     JsonLimitError,
     check_value,
     loads,
 )
-from durable_agent.models import ToolEndEvent
+from durable_agent.core.models import ToolEndEvent
 from tests.helpers import RecordingSink, final, running_worker, scripted_config, start, tool_call
 from tests.test_checkpoint_contract import export_at, state_at_boundary
 from tests.test_http_providers import KEY_ENV, MODEL, SECRET, model_attempts

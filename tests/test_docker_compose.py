@@ -18,7 +18,6 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -26,6 +25,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+
+from tests.helpers import until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yaml"
@@ -441,10 +442,10 @@ async def _check_temporal(address: str, namespace: str, task_queue: str) -> None
 
     # The worker polls its task queue and registers its search attributes at
     # start; wait for both rather than trusting that its container is up.
-    deadline = time.monotonic() + 120
     pollers: list[Any] = []
     attributes: dict[str, int] = {}
-    while time.monotonic() < deadline:
+
+    async def worker_ready() -> bool:
         described = await client.workflow_service.describe_task_queue(
             DescribeTaskQueueRequest(
                 namespace=namespace,
@@ -452,16 +453,23 @@ async def _check_temporal(address: str, namespace: str, task_queue: str) -> None
                 task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
             )
         )
-        pollers = list(described.pollers)
+        pollers[:] = described.pollers
         listed = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=namespace)
         )
-        attributes = dict(listed.custom_attributes)
-        if pollers and all(name in attributes for name in WORKER_SEARCH_ATTRIBUTES):
-            break
-        await asyncio.sleep(2)
+        attributes.clear()
+        attributes.update(listed.custom_attributes)
+        return bool(pollers) and all(name in attributes for name in WORKER_SEARCH_ATTRIBUTES)
 
-    assert pollers, f"no worker polled task queue {task_queue!r} in namespace {namespace!r}"
+    await until(
+        lambda: (
+            f"a worker to poll task queue {task_queue!r} in namespace {namespace!r} and register its "
+            f"search attributes (pollers: {len(pollers)}, attributes: {sorted(attributes)})"
+        ),
+        worker_ready,
+        120,
+        interval=2,
+    )
     for name in WORKER_SEARCH_ATTRIBUTES:
         assert attributes.get(name) == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD, (
             f"search attribute {name} missing or not Keyword: {attributes.get(name)!r}"
@@ -469,18 +477,19 @@ async def _check_temporal(address: str, namespace: str, task_queue: str) -> None
 
 
 def _wait_for_http_200(url: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while time.monotonic() < deadline:
+    last: list[object] = [None]
+
+    def answers() -> bool:
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
-                if response.status == 200:
-                    return
-                last = f"HTTP {response.status}"
+                status: int = response.status
+                last[0] = f"HTTP {status}"
+                return status == 200
         except (urllib.error.URLError, OSError) as exc:
-            last = exc
-        time.sleep(1)
-    pytest.fail(f"{url} did not answer HTTP 200 within {timeout_s:.0f}s (last: {last})")
+            last[0] = exc
+            return False
+
+    asyncio.run(until(lambda: f"{url} to answer HTTP 200 (last: {last[0]})", answers, timeout_s, interval=1))
 
 
 @pytest.mark.docker

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import time
 from pathlib import Path
 
 import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 
-from activities import AgentActivities
+from durable_agent.activities import AgentActivities
 from durable_agent.config import ConfigError
-from tests.helpers import final, read_call, running_worker, scripted_config, start
+from tests.helpers import final, read_call, running_worker, scripted_config, start, until
 
 SECRET = "sk-test-7f3a9c1e-do-not-leak-4b2d"
 
@@ -86,16 +84,9 @@ async def test_the_run_reads_like_a_story_in_the_ui(client: Client, tmp_path: Pa
     assert f"last export: `{digest}`" in details
     assert "exports 1 (failed 0)" in details
     # the session id and run status are searchable
-    deadline = time.monotonic() + 15
-    found: list[str] = []
-    while time.monotonic() < deadline:
-        found = [
-            w.id
-            async for w in client.list_workflows(
-                'AgentSessionId = "story-session" AND AgentRunStatus = "completed"'
-            )
-        ]
-        if found:
-            break
-        await asyncio.sleep(0.3)
-    assert found == [handle.id]
+    query = 'AgentSessionId = "story-session" AND AgentRunStatus = "completed"'
+
+    async def listed() -> list[str]:
+        return [w.id async for w in client.list_workflows(query)]
+
+    assert await until("the visibility listing of the completed run", listed, 15, interval=0.3) == [handle.id]

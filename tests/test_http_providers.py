@@ -13,6 +13,7 @@ import ipaddress
 import json
 import socket
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,14 +22,21 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from activities import AgentActivities
-from activities.http_providers.errors import MAX_RETRY_AFTER, Failures, parse_retry_after
-from activities.providers import ModelProvider, ProviderError, build_providers
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.providers import ModelProvider, ProviderError, build_providers
+from durable_agent.activities.providers.http_errors import MAX_RETRY_AFTER, Failures, parse_retry_after
 from durable_agent.client import follow_run
 from durable_agent.config import ConfigError, load_config, parse_config
-from durable_agent.models import LiveText, Message, TextBlock, ToolDefinition, ToolResultBlock, ToolUseBlock
-from durable_agent.run_io import ModelCallInput
-from tests.helpers import final, running_worker, scripted_config, start, workspace_with
+from durable_agent.core.activity_api import ModelCallInput
+from durable_agent.core.models import (
+    LiveText,
+    Message,
+    TextBlock,
+    ToolDefinition,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from tests.helpers import final, running_worker, scripted_config, start, until, workspace_with
 from tests.wire_servers import AnthropicWire, Call, OpenAIWire, Reply, Wire, WireServer, sse
 
 SECRET = "sk-wire-test-5e1d0c-never-in-history-9f2a"
@@ -129,7 +137,7 @@ def call_input(*messages: Message, system: str = "Be brief.") -> ModelCallInput:
 
 
 def provider_for(wire: Wire, server: WireServer, tmp_path: Path, **extra: Any) -> ModelProvider:
-    data = {
+    data: dict[str, object] = {
         "default_model": f"p/{MODEL}",
         "providers": {"p": wire.provider(server.base_url, KEY_ENV, **extra)},
     }
@@ -189,20 +197,62 @@ async def test_a_plain_answer_streams_its_text_and_reports_usage(
     assert request.headers["accept"] == "text/event-stream"
 
 
-@pytest.mark.parametrize("wire", WIRES)
+ARGS_1 = {"file_path": "src/ünïcode €.py", "offset": 3}
+ARGS_2 = {"file_path": 'we "quote" \\ and\nbreak', "limit": 1}
+
+
+def decoded(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as sent, with OpenAI's tool-call arguments (a JSON string each) decoded."""
+    for m in messages:
+        for c in m.get("tool_calls", []):
+            c["function"]["arguments"] = json.loads(c["function"]["arguments"])
+    return messages
+
+
+# How each protocol sends the assistant step back: where it sits in the messages (OpenAI's
+# first message is the system prompt) and what it is.
+ASSISTANT_STEP_SENT = [
+    pytest.param(
+        OpenAIWire(),
+        2,
+        {
+            "role": "assistant",
+            "content": "Let me look.",
+            "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "read", "arguments": ARGS_1}},
+                {"id": "call_b", "type": "function", "function": {"name": "read", "arguments": ARGS_2}},
+            ],
+        },
+        id="openai",
+    ),
+    pytest.param(
+        AnthropicWire(),
+        1,
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Let me look."},
+                {"type": "tool_use", "id": "call_a", "name": "read", "input": ARGS_1},
+                {"type": "tool_use", "id": "call_b", "name": "read", "input": ARGS_2},
+            ],
+        },
+        id="anthropic",
+    ),
+]
+
+
+@pytest.mark.parametrize(("wire", "at", "assistant"), ASSISTANT_STEP_SENT)
 async def test_several_tool_calls_with_arguments_split_across_chunks_are_reassembled_exactly(
-    wire: Wire, server: WireServer, tmp_path: Path, key: str
+    wire: Wire, at: int, assistant: dict[str, Any], server: WireServer, tmp_path: Path, key: str
 ) -> None:
-    args_1 = {"file_path": "src/ünïcode €.py", "offset": 3}
-    args_2 = {"file_path": 'we "quote" \\ and\nbreak', "limit": 1}
-    calls = [Call("call_a", "read", args_1, piece=1), Call("call_b", "read", args_2, piece=2)]
+    calls = [Call("call_a", "read", ARGS_1, piece=1), Call("call_b", "read", ARGS_2, piece=2)]
     server.queue(wire.stream(text=["Let me look."], calls=calls, rechunk=7), wire.stream(text=["done"]))
     provider = provider_for(wire, server, tmp_path)
     response = await provider.complete(call_input(), MODEL, lambda _: None)
     assert response.message.content == (
         TextBlock(text="Let me look."),
-        ToolUseBlock(id="call_a", name="read", input=args_1),
-        ToolUseBlock(id="call_b", name="read", input=args_2),
+        ToolUseBlock(id="call_a", name="read", input=ARGS_1),
+        ToolUseBlock(id="call_b", name="read", input=ARGS_2),
     )
     assert response.stop_reason == "tool_use"
     # back on the wire, the assistant step is what the server sent: nothing lost
@@ -215,26 +265,7 @@ async def test_several_tool_calls_with_arguments_split_across_chunks_are_reassem
     )
     prompt = Message(role="user", content=(TextBlock(text="hello"),))
     await provider.complete(call_input(prompt, response.message, results), MODEL, lambda _: None)
-    sent = wire.messages(server.requests[1])
-    if isinstance(wire, OpenAIWire):
-        assistant = sent[2]
-        assert assistant["content"] == "Let me look."
-        assert [
-            (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
-            for c in assistant["tool_calls"]
-        ] == [
-            ("call_a", "read", args_1),
-            ("call_b", "read", args_2),
-        ]
-    else:
-        assert sent[1] == {
-            "role": "assistant",
-            "content": [
-                {"type": "text", "text": "Let me look."},
-                {"type": "tool_use", "id": "call_a", "name": "read", "input": args_1},
-                {"type": "tool_use", "id": "call_b", "name": "read", "input": args_2},
-            ],
-        }
+    assert decoded(wire.messages(server.requests[1]))[at] == assistant
 
 
 async def test_openai_tool_calls_sent_whole_without_an_index_are_kept_apart(
@@ -285,83 +316,127 @@ CONVERSATION = (
 )
 
 
-async def test_openai_wire_format_of_a_conversation(server: WireServer, tmp_path: Path, key: str) -> None:
-    wire = OpenAIWire()
+@dataclass(frozen=True)
+class WireFormat:
+    """What one protocol puts on the wire for ``CONVERSATION``: headers, and body fields."""
+
+    wire: Wire
+    headers: dict[str, str]  # sent, with these values
+    not_headers: tuple[str, ...]  # never sent
+    body: dict[str, Any]  # fields of the JSON body (tool-call arguments decoded), with these values
+    not_body: tuple[str, ...]  # fields never sent
+
+
+WIRE_FORMATS = [
+    pytest.param(
+        WireFormat(
+            OpenAIWire(),
+            headers={"authorization": f"Bearer {SECRET}"},
+            not_headers=("x-api-key", "anthropic-version"),
+            body={
+                "stream_options": {"include_usage": True},
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "read",
+                            "description": "Read a file.",
+                            "parameters": READ_TOOL.input_schema,
+                        },
+                    }
+                ],
+                "messages": [
+                    {"role": "system", "content": "You are terse."},
+                    {"role": "user", "content": "Read both files"},
+                    {
+                        "role": "assistant",
+                        "content": "Reading them.",
+                        "tool_calls": [
+                            {
+                                "id": "r1",
+                                "type": "function",
+                                "function": {"name": "read", "arguments": {"file_path": "a.txt"}},
+                            },
+                            {
+                                "id": "r2",
+                                "type": "function",
+                                "function": {"name": "read", "arguments": {"file_path": "b ü.txt"}},
+                            },
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "r1", "content": "alpha"},
+                    {"role": "tool", "tool_call_id": "r2", "content": "Error: no such file"},
+                ],
+            },
+            not_body=("max_tokens", "temperature", "system"),
+        ),
+        id="openai",
+    ),
+    pytest.param(
+        WireFormat(
+            AnthropicWire(),
+            headers={"x-api-key": SECRET, "anthropic-version": "2023-06-01"},
+            not_headers=("authorization",),
+            body={
+                "system": "You are terse.",
+                "max_tokens": 4096,
+                "tools": [
+                    {"name": "read", "description": "Read a file.", "input_schema": READ_TOOL.input_schema}
+                ],
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "Read both files"}]},
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {"type": "text", "text": "Reading them."},
+                            {"type": "tool_use", "id": "r1", "name": "read", "input": {"file_path": "a.txt"}},
+                            {
+                                "type": "tool_use",
+                                "id": "r2",
+                                "name": "read",
+                                "input": {"file_path": "b ü.txt"},
+                            },
+                        ],
+                    },
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": "r1", "content": "alpha"},
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": "r2",
+                                "content": "no such file",
+                                "is_error": True,
+                            },
+                        ],
+                    },
+                ],
+            },
+            not_body=("stream_options", "temperature"),
+        ),
+        id="anthropic",
+    ),
+]
+
+
+@pytest.mark.parametrize("expected", WIRE_FORMATS)
+async def test_the_wire_format_of_a_conversation(
+    expected: WireFormat, server: WireServer, tmp_path: Path, key: str
+) -> None:
+    wire = expected.wire
     server.queue(wire.stream(text=["ok"]))
     await provider_for(wire, server, tmp_path).complete(
         call_input(*CONVERSATION, system="You are terse."), MODEL, lambda _: None
     )
     [request] = server.requests
-    assert request.headers["authorization"] == f"Bearer {key}"
-    assert request.body["stream_options"] == {"include_usage": True}
-    assert request.body["tools"] == [
-        {
-            "type": "function",
-            "function": {"name": "read", "description": "Read a file.", "parameters": READ_TOOL.input_schema},
-        }
-    ]
-    messages = request.body["messages"]
-    for m in messages:
-        for c in m.get("tool_calls", []):
-            c["function"]["arguments"] = json.loads(c["function"]["arguments"])
-    assert messages == [
-        {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "Read both files"},
-        {
-            "role": "assistant",
-            "content": "Reading them.",
-            "tool_calls": [
-                {
-                    "id": "r1",
-                    "type": "function",
-                    "function": {"name": "read", "arguments": {"file_path": "a.txt"}},
-                },
-                {
-                    "id": "r2",
-                    "type": "function",
-                    "function": {"name": "read", "arguments": {"file_path": "b ü.txt"}},
-                },
-            ],
-        },
-        {"role": "tool", "tool_call_id": "r1", "content": "alpha"},
-        {"role": "tool", "tool_call_id": "r2", "content": "Error: no such file"},
-    ]
-    assert "max_tokens" not in request.body and "temperature" not in request.body
-
-
-async def test_anthropic_wire_format_of_a_conversation(server: WireServer, tmp_path: Path, key: str) -> None:
-    wire = AnthropicWire()
-    server.queue(wire.stream(text=["ok"]))
-    await provider_for(wire, server, tmp_path).complete(
-        call_input(*CONVERSATION, system="You are terse."), MODEL, lambda _: None
-    )
-    [request] = server.requests
-    assert request.headers["x-api-key"] == key
-    assert request.headers["anthropic-version"] == "2023-06-01"
-    assert "authorization" not in request.headers
-    assert request.body["system"] == "You are terse."
-    assert request.body["max_tokens"] == 4096
-    assert request.body["tools"] == [
-        {"name": "read", "description": "Read a file.", "input_schema": READ_TOOL.input_schema}
-    ]
-    assert request.body["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "Read both files"}]},
-        {
-            "role": "assistant",
-            "content": [
-                {"type": "text", "text": "Reading them."},
-                {"type": "tool_use", "id": "r1", "name": "read", "input": {"file_path": "a.txt"}},
-                {"type": "tool_use", "id": "r2", "name": "read", "input": {"file_path": "b ü.txt"}},
-            ],
-        },
-        {
-            "role": "user",
-            "content": [
-                {"type": "tool_result", "tool_use_id": "r1", "content": "alpha"},
-                {"type": "tool_result", "tool_use_id": "r2", "content": "no such file", "is_error": True},
-            ],
-        },
-    ]
+    assert wire.key_sent(request) == key
+    for name, value in expected.headers.items():
+        assert request.headers[name] == value, name
+    assert [h for h in expected.not_headers if h in request.headers] == []
+    body = {**request.body, "messages": decoded(request.body["messages"])}
+    for name, value in expected.body.items():
+        assert body[name] == value, name
+    assert [f for f in expected.not_body if f in body] == []
 
 
 @pytest.mark.parametrize("wire", WIRES)
@@ -449,13 +524,19 @@ async def test_an_error_event_in_the_stream_is_classified(
     assert caught.value.retryable is retryable
 
 
-@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize(
+    ("wire", "finish"),
+    [
+        pytest.param(OpenAIWire(), "length", id="openai"),
+        pytest.param(AnthropicWire(), "max_tokens", id="anthropic"),
+    ],
+)
 async def test_a_tool_call_cut_off_by_max_tokens_says_to_raise_it(
-    wire: Wire, server: WireServer, tmp_path: Path, key: str
+    wire: Wire, finish: str, server: WireServer, tmp_path: Path, key: str
 ) -> None:
-    # the output limit struck mid-arguments: the JSON is incomplete
+    # the output limit struck mid-arguments (each protocol's own stop reason): the JSON is incomplete
     cut = Call("c1", "read", {}, raw='{"file_path": "a-long-na')
-    reply = wire.stream(calls=[cut], finish="length" if isinstance(wire, OpenAIWire) else "max_tokens")
+    reply = wire.stream(calls=[cut], finish=finish)
     server.queue(reply)
     with pytest.raises(ProviderError, match="max_tokens=50 in the middle of a call to tool 'read'") as caught:
         await provider_for(wire, server, tmp_path, max_tokens=50).complete(
@@ -468,7 +549,7 @@ async def test_an_unreachable_server_is_a_retryable_network_error(tmp_path: Path
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    data = {
+    data: dict[str, object] = {
         "default_model": "p/m",
         "providers": {
             "p": {"kind": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "api_key_env": KEY_ENV}
@@ -515,16 +596,17 @@ def test_retry_after_in_seconds_milliseconds_and_http_dates_capped() -> None:
     assert parse() is None
 
 
-async def test_a_cancelled_call_closes_its_connection(server: WireServer, tmp_path: Path, key: str) -> None:
-    wire = OpenAIWire()
+@pytest.mark.parametrize("wire", WIRES)
+async def test_a_cancelled_call_closes_its_connection(
+    wire: Wire, server: WireServer, tmp_path: Path, key: str
+) -> None:
     server.queue(wire.stream(text=["thinking"], stall=True))
     pieces: list[str] = []
     task = asyncio.create_task(
         provider_for(wire, server, tmp_path).complete(call_input(), MODEL, pieces.append)
     )
     [request] = await server.wait_for_requests(1)
-    while not pieces:
-        await asyncio.sleep(0.02)
+    await until("the first streamed text", lambda: pieces, 5, interval=0.02)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -559,7 +641,10 @@ def test_a_missing_credential_is_a_clear_error_at_worker_start(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("AGENT_NO_SUCH_KEY", raising=False)
-    data = {"default_model": "p/m", "providers": {"p": {"kind": kind, "api_key_env": "AGENT_NO_SUCH_KEY"}}}
+    data: dict[str, object] = {
+        "default_model": "p/m",
+        "providers": {"p": {"kind": kind, "api_key_env": "AGENT_NO_SUCH_KEY"}},
+    }
     with pytest.raises(ConfigError, match=r"provider 'p' needs a credential .* AGENT_NO_SUCH_KEY"):
         AgentActivities(parse_config(data, tmp_path))
 
@@ -583,7 +668,10 @@ async def test_an_openai_compatible_server_without_a_key_gets_no_authorization(
 ) -> None:
     wire = OpenAIWire()
     server.queue(wire.stream(text=["local model here"]))
-    data = {"default_model": "local/llama", "providers": {"local": wire.provider(server.base_url, None)}}
+    data: dict[str, object] = {
+        "default_model": "local/llama",
+        "providers": {"local": wire.provider(server.base_url, None)},
+    }
     provider = build_providers(parse_config(data, tmp_path))["local"]
     response = await provider.complete(call_input(), "llama", lambda _: None)
     assert response.message.text() == "local model here"
@@ -613,7 +701,10 @@ async def test_the_guard_refuses_every_host_but_loopback(
     with pytest.raises(NetworkGuardError):
         socket.create_connection(("192.0.2.1", 443), timeout=1)
     # a provider left at its default base URL would go to the internet: it is refused
-    data = {"default_model": "p/m", "providers": {"p": {"kind": "openai", "api_key_env": KEY_ENV}}}
+    data: dict[str, object] = {
+        "default_model": "p/m",
+        "providers": {"p": {"kind": "openai", "api_key_env": KEY_ENV}},
+    }
     provider = build_providers(parse_config(data, tmp_path))["p"]
     with pytest.raises(ProviderError, match=r"api\.openai\.com"):
         await provider.complete(call_input(), "m", lambda _: None)

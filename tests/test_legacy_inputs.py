@@ -19,10 +19,10 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
 
-from activities import AgentActivities
-from activities.store import MemorySessionStore
-from durable_agent.models import ModelResponse
-from durable_agent.run_io import LegacyExportInput, LegacyFinishRunInput, LegacySaveCheckpointInput
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.store import MemorySessionStore
+from durable_agent.core.legacy import LegacyExportInput, LegacyFinishRunInput, LegacySaveCheckpointInput
+from durable_agent.core.models import ModelResponse
 from tests.helpers import RecordingSink, final, scripted_config
 
 HISTORY = Path(__file__).parent / "histories" / "agent_run_v1.json"

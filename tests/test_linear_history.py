@@ -6,19 +6,21 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
-from activities import AgentActivities
-from activities.store import FilesystemSessionStore
-from durable_agent.canonical import canonical_bytes
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.store import FilesystemSessionStore
 from durable_agent.client import resume_run
 from durable_agent.config import AgentConfig
-from durable_agent.models import ToolResultBlock
-from durable_agent.run_io import AgentRunResult, ApprovalAnswer, ApprovalDecision
+from durable_agent.core.canonical import canonical_bytes
+from durable_agent.core.models import ToolResultBlock
+from durable_agent.core.run_api import AgentRunResult, ApprovalAnswer, ApprovalDecision
+from durable_agent.worker import build_worker
 from tests.helpers import (
     RecordingSink,
     awaiting_approval,
@@ -28,7 +30,6 @@ from tests.helpers import (
     start,
     tool_call,
 )
-from worker import build_worker
 
 PERMISSIONS = {"allow": ["read(*)"], "ask": ["ls"], "default": "deny"}
 READS = 6
@@ -68,7 +69,7 @@ async def approve_on(
         return await handle.result()
 
 
-def summaries(events: list[HistoryEvent]) -> list[str]:
+def summaries(events: Sequence[HistoryEvent]) -> list[str]:
     out = []
     for e in events:
         if e.HasField("activity_task_scheduled_event_attributes") and e.user_metadata.HasField("summary"):

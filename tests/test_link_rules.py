@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities import AgentActivities
-from activities.path_guard import check_resolved, read_denier
-from durable_agent.models import PermissionDeniedEvent, ToolEndEvent
-from durable_agent.permissions import PermissionPolicy
-from durable_agent.run_io import ApprovalDecision, ToolCallInput
-from durable_agent.tool_specs import BUILTIN_TOOLS
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.tools.path_guard import check_resolved, read_denier
+from durable_agent.core.activity_api import ToolCallInput
+from durable_agent.core.models import PermissionDeniedEvent, ToolEndEvent
+from durable_agent.core.permissions import PermissionPolicy
+from durable_agent.core.run_api import ApprovalDecision
+from durable_agent.core.tool_specs import BUILTIN_TOOLS
 from tests.helpers import (
     RecordingSink,
     awaiting_approval,
@@ -99,7 +100,7 @@ def test_the_resolved_path_is_judged_too(
 
 def test_an_absolute_path_through_a_link_is_judged_by_where_it_leads(tmp_path: Path) -> None:
     ws = linked_workspace(tmp_path)
-    args = {"file_path": str(ws.resolve() / "notenv")}
+    args: dict[str, Any] = {"file_path": str(ws.resolve() / "notenv")}
     refused = check_resolved(call(ws, "read", **args), BUILTIN_TOOLS["read"], args)
     assert refused is not None and refused.resolved_target == ".env"
 
@@ -129,7 +130,7 @@ def test_no_policy_means_no_check_and_commands_are_not_paths(tmp_path: Path) -> 
     args = {"file_path": "notenv"}
     bare = ToolCallInput(run_id="r", workspace=str(ws), call_id="c", name="read", arguments=args)
     assert check_resolved(bare, BUILTIN_TOOLS["read"], args) is None
-    grep_args = {"pattern": "notenv"}
+    grep_args: dict[str, Any] = {"pattern": "notenv"}
     assert check_resolved(call(ws, "grep", **grep_args), BUILTIN_TOOLS["grep"], grep_args) is None
 
 

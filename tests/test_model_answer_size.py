@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities import AgentActivities
-from activities.agent import MODEL_ANSWER_MAX_BYTES
-from activities.providers import build_providers
-from durable_agent.models import ToolEndEvent
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.model_call import MODEL_ANSWER_MAX_BYTES
+from durable_agent.activities.providers import build_providers
+from durable_agent.core.models import ToolEndEvent
 from tests.helpers import (
     RecordingProvider,
     RecordingSink,

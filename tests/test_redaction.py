@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from activities import AgentActivities
-from activities.redact import MIN_SECRET_CHARS, Redactor
-from durable_agent.models import ToolEndEvent
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.redact import MIN_SECRET_CHARS, Redactor
+from durable_agent.core.models import ToolEndEvent
 from tests.helpers import RecordingSink, running_worker, scripted_config, start, tool_call
 
 KEY = "sk-test-9f8e7d6c5b4a3210"

@@ -7,7 +7,6 @@ fails here. Re-record only for an intended, versioned change
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,9 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from activities import AgentActivities
-from tests.helpers import RecordingSink, read_call, running_worker, scripted_config, start, tool_call
-from workflows import AgentRun
+from durable_agent.activities import AgentActivities
+from durable_agent.workflows import AgentRun
+from tests.helpers import RecordingSink, read_call, running_worker, scripted_config, start, tool_call, until
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -47,8 +46,7 @@ async def test_a_fresh_run_with_cancel_replays(client: Client, tmp_path: Path) -
     sink = RecordingSink()
     async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
         handle = await start(client, queue, ws)
-        while len(sink.exports) < 2:
-            await asyncio.sleep(0.05)
+        await until("two exports", lambda: len(sink.exports) >= 2)
         await handle.signal("cancel", "replay me")
         result = await handle.result()
         assert result.status == "cancelled"

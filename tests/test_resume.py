@@ -12,14 +12,14 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError
 
-from activities import AgentActivities
-from activities.providers import build_providers
-from activities.sinks import read_export_file
-from durable_agent.checkpoint import SessionCheckpointExportV1
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.providers import build_providers
+from durable_agent.activities.sinks import read_export_file
 from durable_agent.client import ensure_search_attributes, resume_run
+from durable_agent.core.export import SessionCheckpointExportV1
+from durable_agent.core.models import RunStartEvent, ToolEndEvent
+from durable_agent.core.run_api import WORKFLOW_TYPE, AgentRunInput, AgentRunResult
 from durable_agent.devserver import start_ephemeral_server
-from durable_agent.models import RunStartEvent, ToolEndEvent
-from durable_agent.run_io import WORKFLOW_TYPE, AgentRunInput, AgentRunResult
 from tests.helpers import (
     RecordingProvider,
     RecordingSink,
@@ -204,7 +204,10 @@ def exported_digest(path: Path) -> str:
 async def test_a_missing_or_tampered_export_file_is_refused(client: Client, tmp_path: Path) -> None:
     export = await first_export(client, tmp_path, RESPONSES)
     tampered = tmp_path / "tampered.json"
-    document = {"descriptor": export.descriptor.model_dump(mode="json"), "content": export.content}
+    document: dict[str, Any] = {
+        "descriptor": export.descriptor.model_dump(mode="json"),
+        "content": export.content,
+    }
     document["content"] = document["content"].replace("alpha", "ALPHA")
     tampered.write_text(json.dumps(document))
     config = scripted_config(tmp_path, RESPONSES)

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from activities.tools import READ_MAX_BYTES, ToolFailure, builtin_tools, confine
-from durable_agent.config import ConfigError, load_config
-from durable_agent.permissions import InvalidRule, PermissionPolicy, parse_rule
-from durable_agent.tool_specs import LsArgs, ReadArgs
+from durable_agent.activities.tools import ToolFailure, builtin_tools
+from durable_agent.activities.tools.base import confine
+from durable_agent.config import ConfigError, ScriptedProviderConfig, load_config
+from durable_agent.core.permissions import InvalidRule, PermissionPolicy, parse_rule
+from durable_agent.core.tool_args import READ_MAX_BYTES
+from durable_agent.core.tool_specs import LsArgs, ReadArgs
 
 POLICY = PermissionPolicy(
     allow=("read(**)", "ls", "bash(git:*)", "read(src/*.py)"),
@@ -146,7 +148,8 @@ def test_built_in_default_config_runs_the_demo(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv("AGENT_CONFIG", raising=False)
     config = load_config()
     assert config.default_model == "scripted/demo"
-    assert config.providers["scripted"].script.is_file()
+    scripted = config.providers["scripted"]
+    assert isinstance(scripted, ScriptedProviderConfig) and scripted.script.is_file()
     assert config.default_sink in config.sinks
 
 
@@ -160,7 +163,8 @@ def test_config_file_paths_are_relative_to_the_file(tmp_path: Path) -> None:
         '[permissions]\nallow = ["read(*)"]\n'
     )
     config = load_config(path)
-    assert config.providers["fixture"].script == tmp_path / "s.json"
+    fixture = config.providers["fixture"]
+    assert isinstance(fixture, ScriptedProviderConfig) and fixture.script == tmp_path / "s.json"
     assert config.sinks["local"].path == tmp_path / "out"
 
 

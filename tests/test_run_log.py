@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities import AgentActivities
-from activities.run_state import RunStates
-from activities.store import FilesystemSessionStore, MemorySessionStore, SessionStore
-from durable_agent.canonical import canonical_bytes, digest_of
-from durable_agent.checkpoint import RunRecord
-from durable_agent.loop import CARRIED_EVENTS, LoopState
-from durable_agent.models import (
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.store import FilesystemSessionStore, MemorySessionStore
+from durable_agent.activities.store.cache import RunStates
+from durable_agent.core.activity_api import OpenRunInput, SaveCheckpointInput
+from durable_agent.core.canonical import canonical_bytes, digest_of
+from durable_agent.core.export import RunRecord
+from durable_agent.core.loop import CARRIED_EVENTS, LoopState
+from durable_agent.core.models import (
     ErrorEvent,
     Message,
     ModelResponse,
@@ -27,8 +28,8 @@ from durable_agent.models import (
     ToolStartEvent,
     ToolUseBlock,
 )
-from durable_agent.run_io import CarriedState, OpenRunInput, SaveCheckpointInput
-from durable_agent.run_log import (
+from durable_agent.core.run_api import CarriedState
+from durable_agent.core.run_log import (
     GENESIS,
     STAGE_MIN_BYTES,
     LogDelta,
@@ -203,83 +204,8 @@ def test_the_loop_names_staged_outputs_until_a_save_is_acknowledged() -> None:
     assert state.staged_ids == set() and state.stored == state.head and state.unstored() == []
 
 
-@pytest.fixture(params=["filesystem", "memory"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> SessionStore:
-    return FilesystemSessionStore(tmp_path) if request.param == "filesystem" else MemorySessionStore()
-
-
-async def test_a_store_appends_reads_and_refuses_an_entry_that_does_not_follow(store: SessionStore) -> None:
-    v1, v2, v3 = chain(["m1", "m2", "m3"])
-    with pytest.raises(StateMissing) as empty:
-        await store.append_log(RUN, [v2])
-    assert empty.value.head is None and await store.log_head(RUN) is None
-    await store.append_log(RUN, [v1])
-    await store.append_log(RUN, [v2, v3])
-    await store.append_log(RUN, [v3])  # an activity's repeat is harmless
-    assert await store.read_log(RUN, 0, 3) == await store.read_log(RUN, 0, 99) == [v1, v2, v3]
-    assert await store.read_log(RUN, 1, 2) == [v2]
-    assert await store.read_log(RUN, 3, 9) == await store.read_log("run-2", 0, 9) == []
-    assert await store.log_head(RUN) == v3.ref(RUN)
-    delta = LogDelta(messages=(msg("x"),))
-    strangers = [
-        LogEntry.after(ref(1), delta),  # v2 on an unknown parent
-        LogEntry.after(ref(4, v3.digest), delta),  # v5, while v4 is missing
-        LogEntry(version=1, parent=v1.digest, digest=delta.chained(v1.digest), delta=delta),  # not on GENESIS
-    ]
-    for stranger in strangers:
-        with pytest.raises(StateMissing) as info:
-            await store.append_log(RUN, [stranger])
-        assert info.value.head == v3.ref(RUN)
-    assert await store.read_log(RUN, 0, 9) == [v1, v2, v3]
-
-
-async def test_a_store_drops_an_abandoned_branch_and_takes_a_replace_anywhere(store: SessionStore) -> None:
-    v1, v2, v3 = chain(["m1", "m2", "m3"])
-    await store.append_log(RUN, [v1, v2, v3])
-    (b2,) = chain(["branch"], v1.ref(RUN))
-    await store.append_log(RUN, [b2])
-    assert await store.read_log(RUN, 0, 9) == [v1, b2] and await store.log_head(RUN) == b2.ref(RUN)
-    whole = LogDelta(replace=True, messages=(msg("whole"),))
-    far = LogEntry.after(ref(6), whole)
-    await store.append_log(RUN, [far])
-    assert await store.log_head(RUN) == far.ref(RUN)
-    log = folded(await store.read_log(RUN, 0, 7))
-    assert log.messages == [msg("whole")] and log.ref == far.ref(RUN)
-    low = LogEntry.after(v1.ref(RUN), whole)
-    await store.append_log(RUN, [low])
-    assert await store.read_log(RUN, 0, 9) == [v1, low]
-
-
-async def test_a_store_forgets_a_dropped_run_but_keeps_its_record(store: SessionStore) -> None:
-    await store.save_header(header())
-    assert (await store.load_header(RUN), await store.load_header("run-2")) == (header(), None)
-    text = "ä ☃ output " * 200
-    await store.stage_text(RUN, text_digest(text), text)
-    assert await store.staged_text(RUN, text_digest(text)) == text
-    assert await store.staged_text(RUN, text_digest("other")) is None
-    await store.append_log(RUN, chain(["m1", "m2"]))
-    await store.save_header(header("run-2"))
-    await store.append_log("run-2", [n1 := chain(["n1"])[0]])
-    await store.save_run_record(ended := record(RUN, 1_000))
-    await store.drop_run(RUN)
-    await store.drop_run(RUN)  # a repeat is harmless
-    assert await store.load_header(RUN) is None is await store.log_head(RUN)
-    assert await store.read_log(RUN, 0, 9) == []
-    assert await store.staged_text(RUN, text_digest(text)) is None
-    assert await store.load_run_records("s1") == [ended]
-    assert (await store.load_header("run-2"), await store.log_head("run-2")) == (
-        header("run-2"),
-        n1.ref("run-2"),
-    )
-
-
-async def test_a_store_lists_a_session_s_records_by_creation_then_id(store: SessionStore) -> None:
-    for run_id, created in [("r-c", 30), ("r-b", 10), ("r-a", 10), ("r-z", 20), ("r-a", 10)]:
-        await store.save_run_record(record(run_id, created))
-    await store.save_run_record(record("r-x", 5, session_id="s2"))
-    assert [r.snapshot.id for r in await store.load_run_records("s1")] == ["r-a", "r-b", "r-z", "r-c"]
-    assert [r.snapshot.id for r in await store.load_run_records("s2")] == ["r-x"]
-    assert await store.load_run_records("s3") == []
+# The store contract (appends, branches, replaces, headers, staged texts, records, drop_run) is
+# checked on both stores by tests/test_conformance.py, from durable_agent.conformance.
 
 
 async def test_a_new_filesystem_store_on_the_same_folder_sees_the_same_state(tmp_path: Path) -> None:

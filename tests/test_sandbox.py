@@ -23,15 +23,15 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities import AgentActivities, sandbox
-from activities.tools import ToolFailure, builtin_tools
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.tools import ToolFailure, builtin_tools, sandbox
 from durable_agent.client import start_run
 from durable_agent.config import ConfigError, SandboxConfig, load_config
-from durable_agent.run_io import AgentRunInput
-from durable_agent.tool_specs import validate_args
-from tests.helpers import final, running_worker, scripted_config, start, tool_call
+from durable_agent.core.run_api import AgentRunInput
+from durable_agent.core.tool_specs import validate_args
+from tests.helpers import final, running_worker, scripted_config, start, tool_call, until
 from tests.test_cli import cli
-from tests.test_crash_recovery import REPO_ROOT, until, workers, write_setup
+from tests.test_crash_recovery import REPO_ROOT, until_alive, workers, write_setup
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap runs on Linux only")
 
@@ -76,12 +76,12 @@ def processes_with(text: str) -> list[int]:
 
 
 async def none_left(text: str, within: float = 3.0) -> bool:
-    deadline = time.monotonic() + within
-    while processes_with(text):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
+    """True once no process has ``text`` in its command line; fails, naming them, after ``within`` s."""
+    return await until(
+        lambda: f"every process with {text!r} to end (left: {processes_with(text)})",
+        lambda: not processes_with(text),
+        within,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -291,10 +291,11 @@ async def test_a_cancel_terms_then_kills_everything(ws: Path) -> None:
         f"trap 'echo term > got-term; exit 0' TERM; setsid sleep {mark} & sleep {mark} & touch ready; wait"
     )
     task = asyncio.create_task(bash(ws, command))
-    deadline = time.monotonic() + 10
-    while not (ws / "ready").exists() or len(processes_with(f"sleep\0{mark}")) < 2:
-        assert time.monotonic() < deadline, "the command never started"
-        await asyncio.sleep(0.05)
+    await until(
+        "the command to start",
+        lambda: (ws / "ready").exists() and len(processes_with(f"sleep\0{mark}")) >= 2,
+        10,
+    )
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -311,10 +312,7 @@ async def test_a_cancelled_run_leaves_no_process(client: Client, tmp_path: Path,
     )
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, ws, "sleep")
-        deadline = time.monotonic() + 10
-        while not (ws / "ready").exists():
-            assert time.monotonic() < deadline, "the command never started"
-            await asyncio.sleep(0.05)
+        await until("the command to start", (ws / "ready").exists, 10)
         await handle.signal("cancel", "stop")
         result = await asyncio.wait_for(handle.result(), 15)
     assert result.status == "cancelled"
@@ -335,7 +333,7 @@ async def test_kill_9_of_the_worker_kills_the_command(client: Client, tmp_path: 
             async def running() -> bool:
                 return (workspace / "started").exists() and len(processes_with(f"sleep\0{mark}")) == 3
 
-            await until("the command to start", running, 30, procs)
+            await until_alive("the command to start", running, 30, procs)
             procs.kill(worker)
             assert await none_left(mark), f"left running after kill -9: {processes_with(mark)}"
         finally:
@@ -362,13 +360,10 @@ async def test_unsandboxed_the_shell_still_dies_with_the_worker(client: Client, 
             async def running() -> bool:
                 return (workspace / "shell").exists() and len(processes_with(f"sleep\0{mark}")) == 1
 
-            await until("the command to start", running, 30, procs)
+            await until_alive("the command to start", running, 30, procs)
             shell = int((workspace / "shell").read_text())
             procs.kill(worker)
-            deadline = time.monotonic() + 3
-            while sandbox.running(shell):
-                assert time.monotonic() < deadline, "the shell outlived the worker"
-                await asyncio.sleep(0.05)
+            await until("the shell to end with the worker", lambda: not sandbox.running(shell), 3)
             assert len(processes_with(mark)) == 1  # its child sleeps on: only the sandbox stops that
         finally:
             with contextlib.suppress(ProcessLookupError):

@@ -7,25 +7,28 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities import AgentActivities
-from activities.providers import build_providers
-from durable_agent.checkpoint import tool_end_ids
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.providers import build_providers
 from durable_agent.client import follow_events, follow_run
-from durable_agent.models import (
+from durable_agent.core.export import LoopCheckpoint, tool_end_ids
+from durable_agent.core.models import (
     EndEvent,
     EventRecord,
     LiveText,
     TextDeltaEvent,
+    TokenUsage,
+    ToolEndEvent,
     ToolResultBlock,
 )
-from durable_agent.run_io import AgentRunResult, RunStatusView
-from durable_agent.run_log import RunLog
+from durable_agent.core.run_api import AgentRunResult, RunStatusView
+from durable_agent.core.run_log import RunLog
 from tests.helpers import (
     BlockingSink,
     RecordingProvider,
     RecordingSink,
     final,
     read_call,
+    run_status,
     running_worker,
     scripted_config,
     start,
@@ -117,7 +120,10 @@ async def test_session_store_and_host_export_observe_the_same_live_boundary(
     client: Client, tmp_path: Path
 ) -> None:
     ws = workspace_with(tmp_path, {"evidence.txt": "dual sink boundary\n"})
-    config = scripted_config(tmp_path, [read_call("dual-sink-read", "evidence.txt"), final()])
+    usage = {"prompt_tokens": 31, "completion_tokens": 7, "total_tokens": 38, "cache_read_tokens": 5}
+    config = scripted_config(
+        tmp_path, [{**read_call("dual-sink-read", "evidence.txt"), "usage": usage}, final()]
+    )
     sink = BlockingSink()
     provider = RecordingProvider(build_providers(config)["scripted"])
     activities = AgentActivities(config, sinks={"local": sink}, providers={"scripted": provider})
@@ -125,14 +131,37 @@ async def test_session_store_and_host_export_observe_the_same_live_boundary(
         handle = await start(client, queue, ws, session_id="dual-sink-session")
         await asyncio.wait_for(sink.entered.acquire(), timeout=10)
         exported = sink.exports[-1].open().logical_resume
+        # the logical checkpoint the store holds, read through the store the worker used: the
+        # run's header and its log folded; the counters an export adds to them (the turn, the
+        # usage, the boundary's time) come with the export request, so they are checked against
+        # what the stored log shows (one tool_end a turn) and what the model answered
+        header = await activities.store.load_header(exported.run_id)
+        assert header is not None, "the run's header must be stored before its export is acknowledged"
         stored = RunLog(exported.run_id)
         stored.apply_all(await activities.store.read_log(exported.run_id, 0, 1_000_000))
         assert stored.version > 0, "the logical store write must precede host export acknowledgement"
-        assert stored.messages == list(exported.messages)
+        turns = sum(isinstance(r.event, ToolEndEvent) for r in stored.events)
+        held = LoopCheckpoint(
+            session_id=header.session_id,
+            run_id=header.run_id,
+            turn=turns,
+            messages=tuple(stored.messages),
+            capability_binding=header.capability_binding,
+            total_usage=sum((a.usage for a in provider.answers), TokenUsage()),
+            tool_calls_count=turns,
+            checkpoint_ms=exported.checkpoint_ms,  # when the export was taken: checked below
+        )
+        assert set(type(held).model_fields) == set(type(exported).model_fields)
+        for field in type(exported).model_fields:
+            assert getattr(held, field) == getattr(exported, field), f"store and export differ in {field}"
+        assert held == exported
+        assert (held.session_id, held.turn, held.total_usage.total_tokens) == ("dual-sink-session", 1, 38)
+        assert stored.events and exported.checkpoint_ms >= stored.events[-1].timestamp_ms
+        assert exported.capability_binding == sink.exports[-1].open().source_run().snapshot.capability_binding
         # the loop waits for the sink: the model has not been asked again
         await asyncio.sleep(0.5)
         assert provider.calls == 1
-        status = await handle.query("status", result_type=RunStatusView)
+        status = await run_status(handle)
         assert (status.turn, status.exports_delivered) == (1, 0)
         sink.release.release()
         result = await handle.result()

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from durable_agent.permissions import PermissionPolicy
-from durable_agent.shell_judge import MAX_CHARS, MAX_FORMS, command_forms, judge
+from durable_agent.core.permissions import PermissionPolicy
+from durable_agent.core.shell_commands import MAX_FORMS, command_forms
+from durable_agent.core.shell_judge import MAX_CHARS, judge
 
 RULES = {
     "allow": ("bash(pytest:*)", "bash(git status)", "bash(ls:*)", "bash(echo:*)"),

@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities import AgentActivities, tools_search
-from activities.tools import Tool, ToolFailure, builtin_tools, stoppable
-from durable_agent.models import ToolResultBlock
-from durable_agent.run_io import RunStatusView
-from durable_agent.tool_args import GrepArgs
-from durable_agent.tool_specs import ToolCallError, validate_args
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.tools import Tool, ToolFailure, builtin_tools
+from durable_agent.activities.tools import search as tools_search
+from durable_agent.activities.tools.base import stoppable
+from durable_agent.core.models import ToolResultBlock
+from durable_agent.core.run_api import RunStatusView
+from durable_agent.core.tool_args import GrepArgs, grep_regex
+from durable_agent.core.tool_specs import ToolCallError, validate_args
 from tests.helpers import RecordingSink, final, read_call, running_worker, scripted_config, start, tool_call
 
 TOOLS = builtin_tools()
@@ -153,11 +155,11 @@ async def test_a_line_too_long_for_the_budget_is_searched_in_its_first_part(
     ws = files(tmp_path, {"long.txt": "needle" + "x" * 2000 + "haystack\nshort needle\n"})
     monkeypatch.setattr(tools_search, "GREP_LINE_BUDGET", 10_000)
     note = "[1 line(s) longer than {0} characters were searched in their first {0} characters only]"
-    chars = 10_000 // tools_search.grep_regex("haystack").programsize
+    chars = 10_000 // grep_regex("haystack").programsize
     assert await run(ws, "grep", pattern="haystack") == (
         "no matches for 'haystack' (1 file(s) searched)\n" + note.format(chars)
     )
-    chars = 10_000 // tools_search.grep_regex("needle|haystack").programsize
+    chars = 10_000 // grep_regex("needle|haystack").programsize
     out = (await run(ws, "grep", pattern="needle|haystack")).splitlines()
     assert out == [
         "long.txt:1: needle" + "x" * 294 + " [… line cut]",
@@ -293,7 +295,7 @@ class RecordedGrep:
 
     def tools(self) -> dict[str, Tool]:
         tools = builtin_tools()
-        return {**tools, "grep": Tool(tools["grep"].spec, stoppable(self.grep))}  # type: ignore[arg-type]
+        return {**tools, "grep": Tool(tools["grep"].spec, stoppable(self.grep))}
 
 
 def second_script(tmp_path: Path, responses: list[dict[str, Any]]) -> dict[str, Any]:

@@ -11,10 +11,10 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities import AgentActivities
+from durable_agent.activities import AgentActivities
+from durable_agent.core.run_api import AgentRunResult
 from durable_agent.devserver import temporal_binary
-from durable_agent.run_io import AgentRunResult
-from tests.helpers import final, read_call, running_worker, scripted_config
+from tests.helpers import final, read_call, running_worker, scripted_config, until
 
 
 async def temporal(client: Client, *args: str) -> str:
@@ -49,14 +49,16 @@ async def test_start_signal_and_query_with_the_temporal_cli(client: Client, tmp_
             "--static-summary", "read a.txt", "--input", json.dumps(run),
         )  # fmt: skip
         handle = client.get_workflow_handle(wid, result_type=AgentRunResult)
-        for _ in range(100):
-            status = json.loads(
-                await temporal(client, "workflow", "query", "-w", wid, "--name", "status", "-o", "json")
-            )
-            if status["queryResult"][0]["exports_delivered"] == 1:
-                break
-            await asyncio.sleep(0.1)
-        assert status["queryResult"][0]["session_id"] == "cli-session"
+
+        async def exported() -> dict[str, Any] | None:
+            out = await temporal(client, "workflow", "query", "-w", wid, "--name", "status", "-o", "json")
+            status: dict[str, Any] = json.loads(out)["queryResult"][0]
+            return status if status["exports_delivered"] == 1 else None
+
+        status = await until(
+            "the first export, as the CLI's status query shows it", exported, 30, interval=0.1
+        )
+        assert status["session_id"] == "cli-session"
         await temporal(
             client, "workflow", "signal", "-w", wid, "--name", "cancel", "--input", '"from the CLI"'
         )
@@ -74,12 +76,13 @@ async def test_a_raw_json_start_with_an_unknown_field_is_refused(client: Client,
             "workflow", "start", "--type", "AgentRun", "--task-queue", queue, "--workflow-id", wid,
             "--input", json.dumps({"prompt": "hi", "temperature": 2}),
         )  # fmt: skip
-        out = await temporal(client, "workflow", "describe", "-w", wid, "-o", "json")
-        for _ in range(200):
-            if json.loads(out)["workflowExecutionInfo"]["status"] != "WORKFLOW_EXECUTION_STATUS_RUNNING":
-                break
-            await asyncio.sleep(0.1)
+
+        async def ended() -> str | None:
             out = await temporal(client, "workflow", "describe", "-w", wid, "-o", "json")
+            status: str = json.loads(out)["workflowExecutionInfo"]["status"]
+            return status if status != "WORKFLOW_EXECUTION_STATUS_RUNNING" else None
+
+        status = await until("the run to end", ended, 30, interval=0.1)
         shown = await temporal(client, "workflow", "show", "-w", wid)
-    assert json.loads(out)["workflowExecutionInfo"]["status"] == "WORKFLOW_EXECUTION_STATUS_FAILED"
+    assert status == "WORKFLOW_EXECUTION_STATUS_FAILED"
     assert "temperature: Extra inputs are not permitted" in shown

@@ -12,22 +12,25 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.client import Client
 
-from activities import AgentActivities, tools_bash, tools_search
-from activities.tools import Tool, ToolFailure, builtin_tools
-from activities.tools_bash import _group_alive
+from durable_agent.activities import AgentActivities
+from durable_agent.activities.tools import Tool, ToolFailure, builtin_tools
+from durable_agent.activities.tools import bash as tools_bash
+from durable_agent.activities.tools import search as tools_search
+from durable_agent.activities.tools.bash import _group_alive
 from durable_agent.config import SandboxConfig
-from durable_agent.models import ToolResultBlock
-from durable_agent.tool_args import (
+from durable_agent.core.models import ToolResultBlock
+from durable_agent.core.tool_args import (
     BASH_OUTPUT_HEAD_BYTES,
     BASH_OUTPUT_TAIL_BYTES,
     GREP_MAX_LINE_CHARS,
     READ_MAX_BYTES,
     READ_MAX_LINE_CHARS,
 )
-from durable_agent.tool_specs import BUILTIN_TOOLS, ToolCallError, permission_target, validate_args
-from tests.helpers import RecordingSink, final, running_worker, scripted_config, start, tool_call
+from durable_agent.core.tool_specs import BUILTIN_TOOLS, ToolCallError, permission_target, validate_args
+from tests.helpers import RecordingSink, final, running_worker, scripted_config, start, tool_call, until
 
 TOOLS = builtin_tools()
 # The process-group tests below follow the shell's pids, which a sandbox's own PID
@@ -69,12 +72,8 @@ def alive(pid: int) -> bool:
 
 
 async def gone(pid: int, within: float = 3.0) -> bool:
-    deadline = time.monotonic() + within
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
+    """True once process ``pid`` has ended; fails after ``within`` seconds."""
+    return await until(f"process {pid} to end", lambda: not alive(pid), within)
 
 
 # --- schemas and validation ---------------------------------------------------
@@ -157,7 +156,7 @@ async def test_read_edges(ws: Path) -> None:
 async def test_ls_is_bounded(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(5):
         (ws / "src" / f"m{i}.py").write_text("")
-    monkeypatch.setattr("activities.tools_fs.LS_MAX_ENTRIES", 3)
+    monkeypatch.setattr("durable_agent.activities.tools.fs.LS_MAX_ENTRIES", 3)
     out = (await run(ws, "ls", path="src")).splitlines()
     shown = ["file  app.py  (25 bytes)", "file  m0.py  (0 bytes)", "file  m1.py  (0 bytes)"]
     assert out == [*shown, "[3 more entries not shown]"]
@@ -224,7 +223,12 @@ async def test_edit_refuses_missing_and_ambiguous_text(ws: Path) -> None:
 async def test_a_repeated_edit_reports_already_applied(
     ws: Path, old: str, new: str, replace_all: bool
 ) -> None:
-    args = {"file_path": "src/app.py", "old_string": old, "new_string": new, "replace_all": replace_all}
+    args: dict[str, Any] = {
+        "file_path": "src/app.py",
+        "old_string": old,
+        "new_string": new,
+        "replace_all": replace_all,
+    }
     first = await run(ws, "edit", **args)
     after = (ws / "src/app.py").read_text()
     assert first.startswith("edited")
@@ -275,7 +279,7 @@ async def test_every_escape_is_refused(ws: Path, name: str, args: dict[str, Any]
 @pytest.mark.parametrize("name", ["read", "ls", "write", "glob", "grep"])
 async def test_absolute_paths_outside_are_refused(ws: Path, name: str) -> None:
     target = str(ws.parent / "outside" / ("secret.txt" if name != "glob" else "*"))
-    args = {
+    args: dict[str, Any] = {
         "read": {"file_path": target},
         "ls": {"path": str(ws.parent / "outside")},
         "write": {"file_path": target, "content": "x"},
@@ -456,8 +460,10 @@ async def test_bash_does_not_wait_for_a_process_that_left_its_group(ws: Path) ->
 async def test_bash_cancel_kills_the_whole_process_group(ws: Path) -> None:
     command = "echo $$ > pid; sleep 300 & echo $! > child; wait"
     task = asyncio.create_task(run(ws, "bash", command=command, tools=UNSANDBOXED))
-    while not (ws / "child").exists() or not (ws / "child").read_text().strip():
-        await asyncio.sleep(0.05)
+    await until(
+        "the background child to start",
+        lambda: (ws / "child").exists() and (ws / "child").read_text().strip(),
+    )
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -475,8 +481,8 @@ def test_bash_timeout_fits_inside_the_activity_time_limit(monkeypatch: pytest.Mo
         schedule_to_close_timeout=None,
         current_attempt_scheduled_time=now,
     )
-    monkeypatch.setattr(tools_bash.activity, "in_activity", lambda: True)
-    monkeypatch.setattr(tools_bash.activity, "info", lambda: info)
+    monkeypatch.setattr(activity, "in_activity", lambda: True)  # the module the bash tool asks
+    monkeypatch.setattr(activity, "info", lambda: info)
     assert tools_bash._time_limit(120) == (120, None)
     timeout, note = tools_bash._time_limit(600)
     assert timeout == pytest.approx(300 - 20 - tools_bash.ACTIVITY_MARGIN_SECONDS, abs=1)
@@ -497,10 +503,9 @@ async def test_cancel_while_bash_runs_kills_its_process_group(client: Client, tm
     )
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, ws, "sleep a minute")
-        deadline = time.monotonic() + 10
-        while not (ws / "pid").exists() or not (ws / "pid").read_text().strip():
-            assert time.monotonic() < deadline, "the command never started"
-            await asyncio.sleep(0.05)
+        await until(
+            "the command to start", lambda: (ws / "pid").exists() and (ws / "pid").read_text().strip(), 10
+        )
         shell = int((ws / "pid").read_text())
         assert alive(shell)
         await handle.signal("cancel", "stop the sleep")

@@ -244,7 +244,7 @@ class OpenAIWire:
         if not stall:
             events.append(chunk({}, finish or ("tool_calls" if calls else "stop")))
             prompt, completion = usage
-            tokens = {"prompt_tokens": prompt, "completion_tokens": completion}
+            tokens: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion}
             tokens |= {"total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": 2}}
             events.append(sse({"id": "chatcmpl-1", "choices": [], "usage": tokens}))
             events.append(sse("[DONE]"))

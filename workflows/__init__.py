@@ -1,5 +1,5 @@
 """Workflows: the deterministic agent loop."""
 
-from workflows.agent_run import AgentRun
+from durable_agent.workflows.agent_run import AgentRun
 
 __all__ = ["AgentRun"]

@@ -1,11 +1,18 @@
 """``AgentRun``: the agent loop as a deterministic Temporal workflow.
 
-The workflow only orchestrates. The step logic lives in ``durable_agent.loop``
-and every side effect is an activity, named by the constants in
-``durable_agent.run_io``. At each tool boundary it saves the logical
-checkpoint (what is new, appended to the run's log in the session store),
-then waits for the export sink to acknowledge the export built from it, and
-only then asks the model again.
+The workflow only orchestrates. The step logic lives in ``durable_agent.core.loop``
+and every side effect is an activity, declared in ``durable_agent.core.activity_api``
+and called through ``CallRunner`` (``calls.py``). At each tool boundary it saves
+the logical checkpoint (what is new, appended to the run's log in the session
+store), then waits for the export sink to acknowledge the export built from it,
+and only then asks the model again.
+
+This module holds the handlers and the loop: a model step, and each tool call
+with its permission (allow, deny, or ask a person and wait), so a prompt and a
+tool output can be followed here. Its collaborators: ``starting.py`` (start,
+resume, continue as new), ``log_keeper.py`` (the run's log and its boundaries),
+``presence.py`` (details and search attributes), ``approvals.py`` (the calls
+waiting for a decision), ``calls.py`` (activities and the cancel).
 """
 
 from __future__ import annotations
@@ -15,18 +22,21 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from workflows.approvals import summarize_arguments
+from durable_agent.workflows.approvals import ApprovalBook, summarize_arguments
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import ValidationError
-
-    from durable_agent.canonical import canonical_bytes, digest_of
-    from durable_agent.errors import validation_message
-    from durable_agent.loop import LoopState
-    from durable_agent.models import (
+    from durable_agent.core.activity_api import (
+        MODEL_CALL,
+        TOOL_CALL,
+        ModelStepInput,
+        ToolCallInput,
+        ToolOutput,
+    )
+    from durable_agent.core.canonical import canonical_bytes, digest_of
+    from durable_agent.core.loop import LoopState
+    from durable_agent.core.models import (
         ConfirmationReceivedEvent,
         ConfirmationRequiredEvent,
         ErrorEvent,
@@ -37,53 +47,59 @@ with workflow.unsafe.imports_passed_through():
         ToolUseBlock,
         TurnEndEvent,
     )
-    from durable_agent.permissions import COMMAND_TOOLS
-    from durable_agent.run_io import (
-        ACTIVITY_MODEL,
-        ACTIVITY_TOOL,
+    from durable_agent.core.permissions import COMMAND_TOOLS
+    from durable_agent.core.run_api import (
         QUERY_EVENTS,
         QUERY_STATUS,
         SIGNAL_CANCEL,
         UPDATE_APPROVE,
-        AgentRunInput,
         AgentRunResult,
         ApprovalAnswer,
         ApprovalDecision,
         FinalStatus,
-        ModelStepInput,
         PendingApproval,
         RunStatusView,
-        ToolCallInput,
-        ToolOutput,
     )
-    from durable_agent.run_log import STAGE_MIN_BYTES
-    from durable_agent.tool_specs import ToolCallError, find_offer, permission_target
+    from durable_agent.core.run_log import STAGE_MIN_BYTES
+    from durable_agent.core.tool_specs import ToolCallError, find_offer, permission_target
 
-
-from workflows.run_base import RunBase
-from workflows.run_core import (
-    AWAITING_APPROVAL,
-    RUN_STATUS_KEY,
+from durable_agent.workflows.calls import (
     TEMPORAL_CANCEL_REASON,
+    CallRunner,
+    Cancellation,
     RunCancelled,
     RunFailed,
-    call_summary,
     failure_message,
+    missing_state,
     now_ms,
 )
-from workflows.run_log_steps import missing_state
+from durable_agent.workflows.log_keeper import LogKeeper
+from durable_agent.workflows.presence import AWAITING_APPROVAL, EXECUTING, Presence
+from durable_agent.workflows.starting import Starter
+
+
+def call_summary(call: ToolUseBlock, target: str | None) -> str:
+    return f"{call.name} {target}" if target else call.name
 
 
 @workflow.defn(name="AgentRun")
-class AgentRun(RunBase):
+class AgentRun:
     """Runs one prompt to its end; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._cancellation = Cancellation()
+        self._calls = CallRunner(self._cancellation)
+        self._presence = Presence(self._cancellation)
+        self._log = LogKeeper(self._calls, self._presence)
+        self._starter = Starter(self._calls, self._presence, self._log, self._cancellation)
+        self._approvals = ApprovalBook()
 
     # --- handlers -----------------------------------------------------------
 
     @workflow.signal(name=SIGNAL_CANCEL)
     def cancel(self, reason: str | None = None) -> None:
         """Ask the run to stop; the tool or model call in flight is cancelled."""
-        self._request_cancel(reason or "cancelled by signal")
+        self._cancellation.request(reason or "cancelled by signal")
 
     @workflow.update(name=UPDATE_APPROVE)
     def approve(self, decision: ApprovalDecision) -> ApprovalAnswer:
@@ -98,53 +114,49 @@ class AgentRun(RunBase):
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> RunStatusView:
-        if self._state is None:
+        state = self._presence.state
+        if state is None:
+            starter = self._starter
             return RunStatusView(
-                session_id=self._session_id,
-                run_id=self._run_id,
-                status=self._pre_status,
-                cancel_requested=self._cancel_requested,
-                error=self._pre_error,
+                session_id=starter.session_id,
+                run_id=starter.run_id,
+                status=starter.pre_status,
+                cancel_requested=self._cancellation.requested,
+                error=starter.pre_error,
             )
-        return self._state.status_view(self._cancel_requested, self._approvals.view())
+        return state.status_view(self._cancellation.requested, self._approvals.view())
 
     @workflow.query(name=QUERY_EVENTS)
     def events(self, after_sequence: int = 0) -> list[EventRecord]:
         """The run's events with a sequence above ``after_sequence``, for followers."""
-        if self._state is None:
-            return []
-        return self._state.events_after(after_sequence)
+        state = self._presence.state
+        return state.events_after(after_sequence) if state is not None else []
 
     # --- the run ------------------------------------------------------------
 
     @workflow.run
     async def run(self, raw: dict[str, Any]) -> AgentRunResult:
-        info = workflow.info()
-        try:
-            run_input = AgentRunInput.model_validate(raw)
-        except ValidationError as exc:
-            self._refuse(f"invalid AgentRun input: {validation_message(exc)}")
-        self._input = run_input
+        run_input = self._starter.accept(raw)
         if run_input.continued is not None:
-            state = self._continued(run_input.continued)
+            state = self._starter.continued(run_input.continued)
         else:
-            state = await self._start(run_input, info)
+            state = await self._starter.start(run_input)
         final: FinalStatus = "completed"
         error: str | None = None
         try:
             await self._loop(state)
         except RunCancelled:
-            final, error = "cancelled", self._cancel_reason
+            final, error = "cancelled", self._cancellation.reason
         except asyncio.CancelledError:
             # a Temporal cancel request (UI, CLI): honoured like the signal
-            self._cancel_requested = True
+            self._cancellation.request(TEMPORAL_CANCEL_REASON)
             final, error = "cancelled", TEMPORAL_CANCEL_REASON
         except RunFailed as exc:
             final, error = "failed", str(exc)
         state.finish(final, now_ms(), error)
-        await self._finish_run(state)
-        workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set(final)])
-        self._details(f"**{final}**" + (f": {error}" if error else ""))
+        await self._log.finish(state)
+        self._presence.status(final)
+        self._presence.details(f"**{final}**" + (f": {error}" if error else ""))
         await workflow.wait_condition(workflow.all_handlers_finished)
         return state.result()
 
@@ -154,8 +166,8 @@ class AgentRun(RunBase):
         if pending := state.pending_calls():
             await self._run_calls(state, pending)
         while True:
-            self._check_cancel()
-            self._check_history(plan)
+            self._cancellation.check()
+            self._starter.check_history(state)
             response = await self._model_step(state)
             calls = state.add_model_response(response, now_ms())
             if not calls:
@@ -169,33 +181,27 @@ class AgentRun(RunBase):
     async def _run_calls(self, state: LoopState, calls: list[ToolUseBlock]) -> None:
         """One model step's tool calls, each followed by its tool boundary."""
         for call in calls:
-            self._check_cancel()
+            self._cancellation.check()
             state.emit(ToolStartEvent.of(call.id, call.name, call.input), now_ms())
             output = await self._tool_step(state, call)
             state.add_tool_result(call, output.content, output.is_error, now_ms(), output.staged)
-            await self._boundary(state)
-            if self._should_continue_as_new(state):
-                await self._continue_as_new(state)
+            await self._log.boundary(state)
+            if self._starter.should_continue_as_new(state):
+                await self._starter.continue_as_new(state)
         state.emit(TurnEndEvent(turn=state.turn, usage=state.usage), now_ms())
 
     async def _model_step(self, state: LoopState) -> ModelResponse:
         plan = state.plan
-        self._details(f"asking {plan.model}")
+        self._presence.details(f"asking {plan.model}")
         pending = state.pending().model_copy(update={"events": ()})  # the model reads no events
         try:
-            return await self._reading_log(
+            return await self._log.reading_log(
                 state,
-                lambda: self._activity(
-                    ACTIVITY_MODEL,
+                lambda: self._calls.run(
+                    MODEL_CALL,
                     ModelStepInput(run_id=plan.run_id, model=plan.model, log=state.head, pending=pending),
-                    ModelResponse,
                     summary=f"model {plan.model} (step {state.tool_rounds + 1})",
-                    timeout=plan.timeouts.model_seconds,
-                    retry=RetryPolicy(
-                        initial_interval=timedelta(seconds=2),
-                        maximum_interval=timedelta(seconds=60),
-                        maximum_attempts=8,
-                    ),
+                    timeouts=plan.timeouts,
                 ),
             )
         except ActivityError as exc:
@@ -223,7 +229,7 @@ class AgentRun(RunBase):
             state.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=reason), now_ms())
             return ToolOutput(content=reason, is_error=True)
         summary = call_summary(call, target)
-        self._details(f"running `{summary}`")
+        self._presence.details(f"running `{summary}`")
         inline = ToolCallInput(
             run_id=plan.run_id,
             workspace=plan.workspace,
@@ -259,29 +265,21 @@ class AgentRun(RunBase):
             if state.step_message is not None and len(canonical_bytes(call.input)) >= STAGE_MIN_BYTES:
                 # long arguments (a file to write) are in the model's message, which its activity staged
                 by_ref = inline.model_copy(update={"arguments": {}, "arguments_in": state.step_message})
-                return await self._run_tool(by_ref, summary, inline)
-            return await self._run_tool(inline, summary)
+                return await self._run_tool(state, by_ref, summary, inline)
+            return await self._run_tool(state, inline, summary)
         except ActivityError as exc:
             return ToolOutput(content=f"tool {call.name!r} failed: {failure_message(exc)}", is_error=True)
 
     async def _run_tool(
-        self, inp: ToolCallInput, summary: str, inline: ToolCallInput | None = None
+        self, state: LoopState, inp: ToolCallInput, summary: str, inline: ToolCallInput | None = None
     ) -> ToolOutput:
         """Run the tool call; with ``inline``, again with it should the staged arguments be missing."""
-        plan = self._plan()
         try:
-            return await self._activity(
-                ACTIVITY_TOOL,
-                inp,
-                ToolOutput,
-                summary=summary,
-                timeout=plan.timeouts.tool_seconds,
-                retry=RetryPolicy(maximum_attempts=3),
-            )
+            return await self._calls.run(TOOL_CALL, inp, summary=summary, timeouts=state.plan.timeouts)
         except ActivityError as exc:
             if inline is None or not missing_state(exc)[0]:
                 raise
-        return await self._run_tool(inline, summary)
+        return await self._run_tool(state, inline, summary)
 
     async def _ask(self, state: LoopState, call: ToolUseBlock, target: str | None) -> str | None:
         """Wait, durably, for a person's decision; the denial's reason, or None when approved."""
@@ -309,9 +307,9 @@ class AgentRun(RunBase):
             ),
             now_ms(),
         )
-        workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set(AWAITING_APPROVAL)])
+        self._presence.status(AWAITING_APPROVAL)
         wid = workflow.info().workflow_id
-        self._details(
+        self._presence.details(
             f"waiting for approval of `{call_summary(call, target)}` (call `{call.id}`, step "
             f"{request.step}, arguments `{request.arguments_digest}`)\n\n"
             f"decide with `durable-agent approve {wid} {call.id}` or `durable-agent deny {wid} {call.id}`"
@@ -319,18 +317,19 @@ class AgentRun(RunBase):
         timed_out = False
         try:
             await workflow.wait_condition(
-                lambda: self._approvals.decided(call.id) or self._cancel_requested,
+                lambda: self._approvals.decided(call.id) or self._cancellation.requested,
                 timeout=timedelta(seconds=timeout) if timeout else None,
                 timeout_summary=f"approval timeout for {call.id}",
             )
         except TimeoutError:
             timed_out = True
         except asyncio.CancelledError:
-            self._request_cancel(TEMPORAL_CANCEL_REASON)
-        finally:
-            decision = self._approvals.close(call.id)
-            workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set("executing")])
-        self._check_cancel()
+            self._cancellation.request(TEMPORAL_CANCEL_REASON)
+        # not in a ``finally``: a worker evicting the run closes this coroutine, and no
+        # workflow command may be made then
+        decision = self._approvals.close(call.id)
+        self._presence.status(EXECUTING)
+        self._cancellation.check()
         approved = decision is not None and decision.approved
         given = decision.reason if decision else f"no decision within {timeout:g} s"
         state.emit(

@@ -17,7 +17,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.run_io import ApprovalDecision, PendingApproval
+    from durable_agent.core.run_api import ApprovalDecision, PendingApproval
 
 ARGUMENTS_SUMMARY_CHARS = 300
 

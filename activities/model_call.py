@@ -1,0 +1,132 @@
+"""The model step: the conversation read from the run's log, one provider call, and the
+answer checked, redacted, bounded and staged.
+
+``agent.model_call`` is registered by ``activities/legacy.py``, which also takes the
+whole-conversation input of workers before linear history; ``ModelCalls.model_call``
+is the path every current run takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from durable_agent.activities.providers.base import ModelProvider, ProviderError
+from durable_agent.activities.redact import Redactor
+from durable_agent.activities.staging import stage
+from durable_agent.activities.store.base import SessionStore
+from durable_agent.activities.store.cache import RunStates
+from durable_agent.activities.support import heartbeating, state_missing, usage_error
+from durable_agent.core.activity_api import ModelCallInput, ModelStepInput
+from durable_agent.core.canonical import canonical_bytes
+from durable_agent.core.json_limits import TOOL_ARGUMENTS_MAX_DEPTH, JsonLimitError, check_value
+from durable_agent.core.models import LiveText, Message, ModelResponse
+from durable_agent.core.run_log import StateMissing
+
+# The longest model answer (its message as canonical JSON) a step keeps. Temporal refuses a
+# workflow task's payloads past 2 MiB, and the run's end carries a final answer's text twice (its
+# ``text_delta`` and ``end`` events), next to whatever the last boundary did not save: past this,
+# the run fails at once with a clear error instead of a workflow task that fails for ever (or
+# eight paid retries of an answer that will never fit).
+MODEL_ANSWER_MAX_BYTES = 960 * 1024
+# A streaming answer's heartbeats carry at most this much of its text: followers show the rest
+# from the step's durable ``text_delta`` event.
+LIVE_TEXT_MAX_CHARS = 256 * 1024
+MODEL_ANSWER_TOO_LARGE = "ModelAnswerTooLarge"
+
+
+class ModelCalls:
+    """Asks the configured providers for a run's next step."""
+
+    def __init__(
+        self,
+        providers: Mapping[str, ModelProvider],
+        states: RunStates,
+        store: SessionStore,
+        redact: Redactor,
+    ) -> None:
+        self.providers = providers
+        self.states = states
+        self.store = store
+        self.redact = redact
+
+    async def model_call(self, inp: ModelStepInput) -> ModelResponse:
+        """Ask the model for its next step, on the conversation in the run's log."""
+        provider, model = self._provider(inp.model)
+        return await self._answer(provider, model, await self._conversation(inp))
+
+    async def answer(self, call: ModelCallInput) -> ModelResponse:
+        """Ask the model for its next step, on the conversation given whole."""
+        provider, model = self._provider(call.model)
+        return await self._answer(provider, model, call)
+
+    def _provider(self, qualified: str) -> tuple[ModelProvider, str]:
+        provider_name, _, model = qualified.partition("/")
+        provider = self.providers.get(provider_name)
+        if provider is None:
+            raise usage_error(f"model provider {provider_name!r} is not configured on this worker")
+        return provider, model
+
+    async def _conversation(self, inp: ModelStepInput) -> ModelCallInput:
+        try:
+            header = await self.states.header(inp.run_id)
+            conversation = (await self.states.read(inp.log)).with_pending(inp.pending)
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+        return ModelCallInput(
+            run_id=inp.run_id,
+            model=inp.model,
+            system_prompt=header.system_prompt,
+            messages=tuple(conversation),
+            tools=header.tools,
+        )
+
+    async def _answer(self, provider: ModelProvider, model: str, call: ModelCallInput) -> ModelResponse:
+        attempt = activity.info().attempt
+        text: list[str] = []
+        try:
+            response = await heartbeating(
+                provider.complete(call, model, text.append),
+                details=lambda: LiveText(attempt=attempt, text=self._live_text(text)),
+            )
+        except ProviderError as exc:
+            raise ApplicationError(
+                self.redact(str(exc)),
+                type="ProviderError",
+                non_retryable=not exc.retryable,
+                next_retry_delay=exc.retry_after,
+            ) from None  # its cause's text would reach the history unredacted
+        for use in response.message.tool_uses():
+            # a host's own provider may not bound what it parses: deep input stops here, once
+            try:
+                check_value(use.input, max_depth=TOOL_ARGUMENTS_MAX_DEPTH)
+            except JsonLimitError as exc:
+                raise ApplicationError(
+                    f"model {call.model}: the model's arguments for tool {use.name!r} are refused "
+                    f"(not retried): {exc}",
+                    type="ProviderError",
+                    non_retryable=True,
+                ) from None
+        if self.redact:
+            clean = self.redact.json_text(response.message.model_dump_json())
+            response = response.model_copy(update={"message": Message.model_validate_json(clean)})
+        message = canonical_bytes(response.message).decode()
+        size = len(message.encode())
+        if size > MODEL_ANSWER_MAX_BYTES:
+            raise ApplicationError(
+                f"the model's answer is {size} bytes, over the {MODEL_ANSWER_MAX_BYTES} bytes one step "
+                "can keep; ask for shorter steps (a long file written in parts)",
+                type=MODEL_ANSWER_TOO_LARGE,
+                non_retryable=True,  # the same request would bring the same answer, billed again
+            )
+        return response.model_copy(update={"staged": await stage(self.store, call.run_id, message)})
+
+    def _live_text(self, parts: list[str]) -> str:
+        """The heartbeat's text so far: redacted, and bounded so that a heartbeat always fits."""
+        text = "".join(parts)
+        if len(text) > LIVE_TEXT_MAX_CHARS:
+            # a little past the cut, so that a credential across it is still seen whole
+            return self.redact(text[: LIVE_TEXT_MAX_CHARS + 1024])[:LIVE_TEXT_MAX_CHARS]
+        return self.redact(text)

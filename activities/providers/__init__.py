@@ -1,0 +1,8 @@
+"""Model providers: the protocol (``base``), the scripted model, the HTTP providers
+(``http``, ``openai``, ``anthropic``), and the set a config names (``registry``)."""
+
+from durable_agent.activities.providers.base import ModelProvider, ProviderError, TextSink
+from durable_agent.activities.providers.registry import build_providers
+from durable_agent.activities.providers.scripted import ScriptedProvider
+
+__all__ = ["ModelProvider", "ProviderError", "ScriptedProvider", "TextSink", "build_providers"]

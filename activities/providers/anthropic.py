@@ -1,0 +1,287 @@
+"""The ``anthropic`` kind: the Messages wire protocol, streamed, with ``tool_use`` blocks.
+
+The project's message model is this protocol's shape, so messages map block
+for block: text, ``tool_use`` (id, name, input) and ``tool_result`` (with its
+``is_error`` flag); the system prompt is the request's ``system`` field.
+
+Usage: Anthropic counts cached prompt tokens apart from ``input_tokens``; the
+project's ``prompt_tokens`` is every prompt token, as with OpenAI, and the
+cache reads and writes are also reported on their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from durable_agent.activities.providers.base import TextSink, read_credential
+from durable_agent.activities.providers.http import HttpProvider, checked_key, tool_arguments
+from durable_agent.activities.providers.http_errors import Failures
+from durable_agent.config import AnthropicProviderConfig, ResolvedModelSettings
+from durable_agent.core.activity_api import ModelCallInput
+from durable_agent.core.errors import validation_message
+from durable_agent.core.models import (
+    Message,
+    ModelResponse,
+    TextBlock,
+    TokenUsage,
+    ToolDefinition,
+    ToolUseBlock,
+)
+
+ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+# The error types of in-stream ``error`` events, as the HTTP status each stands for,
+# so that ``errors.is_retryable_status`` decides about them like about any status.
+_ERROR_TYPE_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
+def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """The conversation as Messages API messages, block for block."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        blocks: list[dict[str, Any]] = []
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                if block.text:  # the API refuses empty text blocks
+                    blocks.append({"type": "text", "text": block.text})
+            elif isinstance(block, ToolUseBlock):
+                blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+            else:
+                result: dict[str, Any] = {
+                    "type": "tool_result",
+                    "tool_use_id": block.tool_use_id,
+                    "content": block.content,
+                }
+                if block.is_error:
+                    result["is_error"] = True
+                blocks.append(result)
+        out.append({"role": message.role, "content": blocks or [{"type": "text", "text": ""}]})
+    return out
+
+
+def wire_tools(tools: tuple[ToolDefinition, ...]) -> list[dict[str, Any]]:
+    """Tool definitions as Messages API tools."""
+    return [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in tools]
+
+
+def request_body(call: ModelCallInput, model: str, settings: ResolvedModelSettings) -> dict[str, Any]:
+    """The whole request, streamed; ``max_tokens`` is required by the API."""
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": settings.max_tokens or DEFAULT_MAX_TOKENS,
+        "messages": wire_messages(call.messages),
+        "stream": True,
+    }
+    if call.system_prompt:
+        body["system"] = call.system_prompt
+    if call.tools:
+        body["tools"] = wire_tools(call.tools)
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    return body
+
+
+# --- the stream ----------------------------------------------------------------
+
+
+class _Wire(BaseModel):
+    # New fields and event types arrive without a version bump; unknown ones are ignored.
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Usage(_Wire):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+
+
+class _MessageStart(_Wire):
+    usage: _Usage | None = None
+
+
+class _ContentBlock(_Wire):
+    type: str
+    text: str | None = None
+    id: str | None = None
+    name: str | None = None
+    input: dict[str, Any] | None = None
+
+
+class _Delta(_Wire):
+    type: str | None = None
+    text: str | None = None
+    partial_json: str | None = None
+    stop_reason: str | None = None
+
+
+class _Error(_Wire):
+    type: str = "api_error"
+    message: str = ""
+
+
+class _Event(_Wire):
+    type: str
+    index: int | None = None
+    message: _MessageStart | None = None
+    content_block: _ContentBlock | None = None
+    delta: _Delta | None = None
+    usage: _Usage | None = None
+    error: _Error | None = None
+
+
+class _Block:
+    def __init__(self, start: _ContentBlock) -> None:
+        self.type = start.type
+        self.text: list[str] = [start.text] if start.text else []
+        self.id = start.id or ""
+        self.name = start.name or ""
+        self.start_input = start.input or {}
+        self.json: list[str] = []
+
+
+class StreamState:
+    """Builds the step from the events: blocks by index, stop reason, usage."""
+
+    def __init__(self, failures: Failures, max_tokens: int | None) -> None:
+        self.failures = failures
+        self.max_tokens = max_tokens
+        self.blocks: dict[int, _Block] = {}
+        self.usage = _Usage()
+        self.stop_reason: str | None = None
+        self.stopped = False
+
+    def feed(self, data: str, on_text: TextSink) -> None:
+        try:
+            event = _Event.model_validate_json(data)
+        except ValidationError as exc:
+            raise self.failures.unparsable(
+                f"a stream event is not a Messages API event: {validation_message(exc)}", data
+            ) from None
+        if event.type == "error":
+            error = event.error or _Error()
+            status = _ERROR_TYPE_STATUS.get(error.type)
+            raise self.failures.in_stream(f"{error.type}: {error.message}", status)
+        if event.type == "message_start" and event.message and event.message.usage:
+            self.usage = event.message.usage
+        elif event.type == "content_block_start" and event.content_block is not None:
+            block = self.blocks[self._index(event)] = _Block(event.content_block)
+            if block.type == "text" and block.text:
+                on_text(block.text[0])
+        elif event.type == "content_block_delta" and event.delta is not None:
+            current = self.blocks.get(self._index(event))
+            if current is None:
+                raise self.failures.unparsable("a content block delta came before its block started", data)
+            if event.delta.type == "text_delta" and event.delta.text:
+                current.text.append(event.delta.text)
+                on_text(event.delta.text)
+            elif event.delta.type == "input_json_delta" and event.delta.partial_json:
+                current.json.append(event.delta.partial_json)
+        elif event.type == "message_delta":
+            if event.delta is not None and event.delta.stop_reason:
+                self.stop_reason = event.delta.stop_reason
+            if event.usage is not None:
+                # Counts here are running totals: each replaces the one before.
+                updates = event.usage.model_dump(exclude_none=True)
+                self.usage = self.usage.model_copy(update=updates)
+        elif event.type == "message_stop":
+            self.stopped = True
+        # ``ping``, ``content_block_stop`` and event types added later carry nothing needed here.
+
+    def _index(self, event: _Event) -> int:
+        if event.index is None:
+            raise self.failures.unparsable(f"a {event.type} event has no index")
+        return event.index
+
+    def response(self) -> ModelResponse:
+        """The finished step; a stream without ``message_stop`` was cut off."""
+        if not self.stopped:
+            raise self.failures.ended_early()
+        blocks: list[TextBlock | ToolUseBlock] = []
+        for index in sorted(self.blocks):
+            block = self.blocks[index]
+            if block.type == "text" and block.text:
+                blocks.append(TextBlock(text="".join(block.text)))
+            elif block.type == "tool_use":
+                blocks.append(self._tool_use(block))
+            # Other block types (thinking, server tools) are not asked for, so not expected.
+        if not blocks:
+            blocks.append(TextBlock(text=""))
+        return ModelResponse(
+            message=Message(role="assistant", content=tuple(blocks)),
+            usage=self._token_usage(),
+            stop_reason=self.stop_reason,
+        )
+
+    def _tool_use(self, block: _Block) -> ToolUseBlock:
+        if not block.id or not block.name:
+            raise self.failures.unparsable("a tool_use block has no id or no name")
+        arguments = tool_arguments(
+            self.failures,
+            block.name,
+            "".join(block.json),
+            given=block.start_input,
+            cut_off=self.stop_reason == "max_tokens",
+            max_tokens=self.max_tokens,
+        )
+        return ToolUseBlock(id=block.id, name=block.name, input=arguments)
+
+    def _token_usage(self) -> TokenUsage:
+        u = self.usage
+        cache_read = u.cache_read_input_tokens or 0
+        cache_write = u.cache_creation_input_tokens or 0
+        prompt = (u.input_tokens or 0) + cache_read + cache_write
+        completion = u.output_tokens or 0
+        return TokenUsage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            cache_read_tokens=cache_read,
+            cache_write_tokens=cache_write,
+        )
+
+
+class AnthropicProvider(HttpProvider):
+    """The Messages API over HTTP; the key goes as ``x-api-key``."""
+
+    config: AnthropicProviderConfig
+
+    def __init__(self, name: str, config: AnthropicProviderConfig, api_key: str) -> None:
+        super().__init__(name, config, api_key)
+
+    @classmethod
+    def from_config(cls, name: str, config: AnthropicProviderConfig) -> AnthropicProvider:
+        """Read the key now, so a worker without it refuses to start."""
+        env = config.api_key_env
+        return cls(name, config, checked_key(read_credential(env, name), env, name))
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"x-api-key": self._api_key or ""}
+
+    async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
+        """Stream one step from ``/v1/messages``, handing text to ``on_text`` as it comes."""
+        settings = self.config.settings_for(model)
+        failures = self.failures(model)
+        state = StreamState(failures, settings.max_tokens)
+        body = request_body(call, model, settings)
+        # The version header is the protocol's; a config may pin another one.
+        headers = {"anthropic-version": ANTHROPIC_VERSION, **settings.headers}
+        async with self.event_stream(failures, "/v1/messages", body, headers) as events:
+            async for event in events:
+                state.feed(event.data, on_text)
+                if state.stopped:
+                    break
+        return state.response()

@@ -1,0 +1,234 @@
+"""The run's log in the session store, and its exports handed to sinks: ``agent.open_run``,
+``agent.read_resume`` and the current shapes of the save, export and finish steps.
+
+``agent.save_checkpoint``, ``agent.export_checkpoint`` and ``agent.finish_run`` are
+registered by ``activities/legacy.py``, which also takes the inputs of workers before
+linear history; the methods here are the paths every current run takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from durable_agent.activities.sinks import ExportSink, SinkError, read_export_file
+from durable_agent.activities.staging import staged_text
+from durable_agent.activities.store.base import SessionStore
+from durable_agent.activities.store.cache import RunStates
+from durable_agent.activities.support import heartbeating, state_missing, usage_error
+from durable_agent.core.activity_api import (
+    OPEN_RUN,
+    READ_RESUME,
+    ExportInput,
+    FinishRunInput,
+    OpenRunInput,
+    ResumeFileInput,
+    ResumePoint,
+    RunOpened,
+    SaveCheckpointInput,
+)
+from durable_agent.core.export import (
+    ExportDescriptor,
+    ExportError,
+    ResumedFrom,
+    RunRecord,
+    SessionCheckpointExportV1,
+)
+from durable_agent.core.models import TextDeltaEvent
+from durable_agent.core.run_log import (
+    GENESIS,
+    STATE_LOST,
+    ExportSeed,
+    LogDelta,
+    LogEntry,
+    LogRef,
+    Staged,
+    StateMissing,
+    build_export,
+    ends_in_results,
+    run_snapshot,
+    unanswered_calls,
+)
+
+
+class RunLogs:
+    """The session store's and the sinks' side of a run (see ``durable_agent.core.run_log``)."""
+
+    def __init__(self, store: SessionStore, states: RunStates, sinks: Mapping[str, ExportSink]) -> None:
+        self.store = store
+        self.states = states
+        self.sinks = sinks
+
+    @activity.defn(name=OPEN_RUN.name)
+    async def open_run(self, inp: OpenRunInput) -> RunOpened:
+        """Start the run's log: its header, with the session's ended runs, and its first entry."""
+        header = inp.header
+        stored = await self.store.load_header(header.run_id)
+        if stored is not None:  # a repeat: the first attempt already chose the prior runs
+            prior = stored.prior_run_ids
+        else:
+            records = await heartbeating(self.store.load_run_records(header.session_id))
+            prior = tuple(r.snapshot.id for r in records if r.snapshot.id != header.run_id)
+        await self.states.save_header(header.model_copy(update={"prior_run_ids": prior}))
+        try:
+            entries = [inp.seed]
+            if inp.resumed is not None:
+                entries.insert(0, await self._seed_from_export(header.run_id, inp.resumed))
+            await heartbeating(self.states.append(header.run_id, entries))
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+        return RunOpened(prior_run_ids=prior)
+
+    async def save_checkpoint(self, inp: SaveCheckpointInput) -> None:
+        """Append entries to the run's logical checkpoint in the session store, durably."""
+        try:
+            if inp.header is not None:
+                await self.states.save_header(inp.header)
+            # only the newest entry names what was staged; the others come whole
+            entries = [await self._unstage(inp, e, e is inp.entries[-1]) for e in inp.entries]
+            if inp.seed is not None:
+                entries.insert(0, await self._seed_from_export(inp.run_id, inp.seed))
+            await heartbeating(self.states.append(inp.run_id, entries))
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+
+    async def _unstage(self, inp: SaveCheckpointInput, entry: LogEntry, newest: bool) -> LogEntry:
+        """The entry with what the tool and model activities staged put back, checked against its digest."""
+        if inp.staged and newest:
+            texts: dict[Staged, str] = {}
+            for part in inp.staged:
+                text = await staged_text(self.store, inp.run_id, part.digest)
+                if text is None:
+                    head = await self.store.log_head(inp.run_id)
+                    raise StateMissing(f"the store does not hold the staged {part.kind} {part.key}", head)
+                texts[part] = text
+            entry = entry.model_copy(update={"delta": entry.delta.unstaged(texts)})
+        if entry.delta.chained(entry.parent) != entry.digest:
+            raise ApplicationError(
+                f"log entry {entry.version} of run {inp.run_id!r} does not match its digest",
+                type="InvalidLogEntry",
+                non_retryable=True,
+            )
+        return entry
+
+    async def _seed_from_export(self, run_id: str, seed: ExportSeed) -> LogEntry:
+        """The state a run started from, read back from the export that holds it."""
+        export = await self._read_seed(seed)
+        if export is None:
+            where = f"sink {seed.sink!r}" if seed.sink else f"file {seed.path!r} on this worker"
+            raise ApplicationError(
+                f"run {run_id!r}: its state at turn {seed.descriptor.turn} is in neither the session "
+                f"store nor {where} (export {seed.descriptor.content_digest}); "
+                "resume from that export with `durable-agent resume`",
+                type=STATE_LOST,
+                non_retryable=True,
+            )
+        if export.descriptor.content_digest != seed.descriptor.content_digest:
+            raise StateMissing(f"the export found is not {seed.descriptor.content_digest}")
+        payload = export.open()
+        events = () if seed.resumed else payload.source_run().events  # a resumed run has its own
+        whole = LogDelta(replace=True, messages=payload.logical_resume.messages, events=events)
+        return LogEntry(version=seed.log.version, parent="", digest=seed.log.digest, delta=whole)
+
+    async def _read_seed(self, seed: ExportSeed) -> SessionCheckpointExportV1 | None:
+        if seed.path is not None:
+            try:
+                return await asyncio.to_thread(read_export_file, Path(seed.path))
+            except FileNotFoundError:
+                return None
+        fetch = getattr(self.sinks.get(seed.sink or ""), "fetch", None)
+        return await fetch(seed.descriptor) if fetch is not None else None
+
+    @activity.defn(name=READ_RESUME.name)
+    async def read_resume(self, inp: ResumeFileInput) -> ResumePoint:
+        """Validate an export file on this worker and say what a run resumed from it needs;
+        its conversation stays here, for ``agent.open_run`` to put in the store."""
+        try:
+            export = await asyncio.to_thread(read_export_file, Path(inp.path))
+            payload = await heartbeating(asyncio.to_thread(export.open))
+        except (OSError, ValidationError, ExportError) as exc:
+            kind = type(exc).__name__
+            raise usage_error(f"resume_from_file {inp.path!r} is refused: {kind}: {exc}") from None
+        logical, d = payload.logical_resume, export.descriptor
+        conversation = LogDelta(replace=True, messages=logical.messages)
+        return ResumePoint(
+            seed=ExportSeed(
+                path=inp.path,
+                descriptor=d,
+                log=LogRef(run_id=inp.run_id, version=1, digest=conversation.chained(GENESIS)),
+                resumed=True,
+            ),
+            resumed_from=ResumedFrom(
+                session_id=logical.session_id,
+                run_id=logical.run_id,
+                turn=logical.turn,
+                content_digest=d.content_digest,
+            ),
+            capability_binding=logical.capability_binding,
+            prompt=payload.source_run().snapshot.prompt,
+            usage=logical.total_usage,
+            due_calls=tuple(unanswered_calls(list(logical.messages))),
+            open_results=ends_in_results(list(logical.messages)),
+        )
+
+    async def finish_run(self, inp: FinishRunInput) -> None:
+        """Keep the ended run's record in its session, then drop its log."""
+        try:
+            header = await self.states.header(inp.log.run_id)
+            run_log = await self.states.read(inp.log)
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+        events = (*run_log.events, *inp.events)
+        result_text = inp.result_text
+        if inp.result_is_last_text:
+            texts = [r.event.text for r in inp.events if isinstance(r.event, TextDeltaEvent)]
+            result_text = texts[-1] if texts else None
+        snapshot = run_snapshot(header, events, inp.status, inp.updated_at_ms, result_text, inp.error)
+        await self.keep_record(RunRecord(snapshot=snapshot, events=events))
+
+    async def keep_record(self, record: RunRecord) -> None:
+        """Keep an ended run's record in its session, then drop its log."""
+        await heartbeating(self.store.save_run_record(record))
+        await heartbeating(self.states.drop(record.snapshot.id))
+
+    async def export_checkpoint(self, inp: ExportInput) -> ExportDescriptor:
+        """Build the boundary's export from the run's log and hand it to the sink; return only
+        once the sink holds it."""
+        return await self.deliver(inp.sink, lambda: self._build_export(inp))
+
+    async def deliver(
+        self, sink_name: str, export_of: Callable[[], Awaitable[SessionCheckpointExportV1]]
+    ) -> ExportDescriptor:
+        """Hand the export ``export_of`` makes (validated) to the sink; return once the sink holds it."""
+        sink = self.sinks.get(sink_name)
+        if sink is None:
+            raise ApplicationError(f"export sink {sink_name!r} is not configured", non_retryable=True)
+        try:
+            export = await export_of()
+        except ExportError as exc:
+            raise ApplicationError(
+                f"export failed its own validation: {exc}", type=type(exc).__name__, non_retryable=True
+            ) from exc
+        try:
+            await heartbeating(sink.deliver(export))
+        except SinkError as exc:
+            raise ApplicationError(
+                f"sink {sink_name!r}: {exc}",
+                export.descriptor.content_digest,  # the failure names the export it could not deliver
+                type="SinkError",
+                non_retryable=not exc.retryable,
+            ) from exc
+        return export.descriptor
+
+    async def _build_export(self, inp: ExportInput) -> SessionCheckpointExportV1:
+        try:
+            header = await self.states.header(inp.log.run_id)
+            run_log = await self.states.read(inp.log)
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+        return build_export(header, run_log, await self.states.prior_runs(header), inp.facts)

@@ -1,0 +1,107 @@
+"""Runs' logs as the activities read them: from the session store, kept folded in memory.
+
+A worker folds a run's log once and then applies each new entry as it is
+saved, so a boundary costs what is new, not the whole conversation again.
+Another worker (or this one after a restart) folds it from the store.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from durable_agent.activities.store.base import SessionStore
+from durable_agent.core.export import RunRecord
+from durable_agent.core.run_log import LogEntry, LogRef, RunHeader, RunLog, StateMissing
+
+# Runs whose folded log a worker keeps; each is about the size of its conversation.
+CACHED_RUNS = 16
+
+
+class RunStates:
+    """The session store's runs, with the newest folded logs cached."""
+
+    def __init__(self, store: SessionStore, capacity: int = CACHED_RUNS) -> None:
+        self.store = store
+        self.capacity = capacity
+        self._logs: OrderedDict[str, RunLog] = OrderedDict()
+        self._headers: dict[str, RunHeader] = {}
+        self._prior: dict[str, list[RunRecord]] = {}
+
+    async def header(self, run_id: str) -> RunHeader:
+        header = self._headers.get(run_id) or await self.store.load_header(run_id)
+        if header is None:
+            raise StateMissing(
+                f"the store holds no header for run {run_id!r}", await self.store.log_head(run_id)
+            )
+        self._headers[run_id] = header
+        return header
+
+    async def save_header(self, header: RunHeader) -> None:
+        await self.store.save_header(header)
+        self._headers[header.run_id] = header
+
+    async def prior_runs(self, header: RunHeader) -> list[RunRecord]:
+        """The ended runs the header names, as the store holds them (an ended run does not change)."""
+        prior = self._prior.get(header.run_id)
+        if prior is None:
+            wanted = set(header.prior_run_ids)
+            records = await self.store.load_run_records(header.session_id) if wanted else []
+            prior = self._prior[header.run_id] = [r for r in records if r.snapshot.id in wanted]
+        return prior
+
+    async def read(self, ref: LogRef) -> RunLog:
+        """The run's log folded up to ``ref``; ``StateMissing`` when the store cannot give it."""
+        log = self._logs.get(ref.run_id)
+        if log is not None and log.version == ref.version and log.digest == ref.digest:
+            self._logs.move_to_end(ref.run_id)
+            return log
+        if log is not None and log.version < ref.version:
+            try:
+                log.apply_all(await self.store.read_log(ref.run_id, log.version, ref.version))
+            except StateMissing:
+                log = None
+        else:
+            log = None
+        if log is None:
+            log = RunLog(ref.run_id)
+            try:
+                log.apply_all(await self.store.read_log(ref.run_id, 0, ref.version))
+            except StateMissing:
+                log = None
+        if log is None or log.version != ref.version or log.digest != ref.digest:
+            self._logs.pop(ref.run_id, None)
+            raise StateMissing(
+                f"the store does not hold version {ref.version} ({ref.digest[:19]}…) of run "
+                f"{ref.run_id!r}'s log",
+                await self.store.log_head(ref.run_id),
+            )
+        self._remember(log)
+        return log
+
+    async def append(self, run_id: str, entries: Sequence[LogEntry]) -> None:
+        """Store ``entries``; the cached log follows when they extend it."""
+        await self.store.append_log(run_id, entries)
+        log = self._logs.get(run_id)
+        if log is None or not entries:
+            return
+        first = entries[0]
+        if first.delta.replace or first.version == log.version + 1:
+            try:
+                log.apply_all(entries)
+                return
+            except StateMissing:
+                pass
+        self._logs.pop(run_id, None)  # folded again from the store when next read
+
+    def _remember(self, log: RunLog) -> None:
+        self._logs[log.run_id] = log
+        self._logs.move_to_end(log.run_id)
+        while len(self._logs) > self.capacity:
+            self._logs.popitem(last=False)
+
+    async def drop(self, run_id: str) -> None:
+        await self.store.drop_run(run_id)
+        self._logs.pop(run_id, None)
+        self._headers.pop(run_id, None)
+        self._prior.pop(run_id, None)

@@ -1,0 +1,73 @@
+"""The ``agent.tool_call`` activity: one tool call run in the run's workspace."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from durable_agent.activities.redact import Redactor
+from durable_agent.activities.staging import stage, staged_text
+from durable_agent.activities.store.base import SessionStore
+from durable_agent.activities.support import heartbeating, state_missing
+from durable_agent.activities.tools.base import Tool, ToolFailure
+from durable_agent.activities.tools.path_guard import READ_DENIED, check_resolved, read_denier
+from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
+from durable_agent.core.models import Message
+from durable_agent.core.run_log import StateMissing
+from durable_agent.core.tool_specs import ToolCallError, validate_args
+
+log = logging.getLogger(__name__)
+
+
+class ToolCalls:
+    """Runs this worker's tools; expected failures become tool errors the model sees."""
+
+    def __init__(self, tools: Mapping[str, Tool], store: SessionStore, redact: Redactor) -> None:
+        self.tools = tools
+        self.store = store
+        self.redact = redact
+
+    @activity.defn(name=TOOL_CALL.name)
+    async def tool_call(self, inp: ToolCallInput) -> ToolOutput:
+        """Run one tool call in the workspace; expected failures become tool errors."""
+        tool = self.tools.get(inp.name)
+        if tool is None:
+            return ToolOutput(content=f"unknown tool {inp.name!r} on this worker", is_error=True)
+        arguments = inp.arguments if inp.arguments_in is None else await self._staged_arguments(inp)
+        try:
+            args = validate_args(tool.spec, arguments)
+            if (refused := check_resolved(inp, tool.spec, arguments)) is not None:
+                return refused
+            if inp.permissions is not None:
+                READ_DENIED.set(read_denier(inp.permissions, Path(inp.workspace).resolve()))
+            content = await heartbeating(tool.run(args, Path(inp.workspace)))
+        except (ToolCallError, ToolFailure) as exc:
+            return ToolOutput(content=self.redact(str(exc)), is_error=True)
+        except Exception as exc:
+            log.exception("tool %s of run %s failed", inp.name, inp.run_id)
+            # Temporal retries it, unless the tool is not safe to repeat: a bug of ours, not the
+            # command's, is no reason to run the command again. Without the cause chain, whose
+            # text would reach the history unredacted.
+            raise ApplicationError(
+                self.redact(f"{inp.name} failed: {exc}"),
+                type=type(exc).__name__,
+                non_retryable=not tool.spec.repeatable,
+            ) from None
+        content = self.redact(content)
+        return ToolOutput(content=content, staged=await stage(self.store, inp.run_id, content))
+
+    async def _staged_arguments(self, inp: ToolCallInput) -> dict[str, Any]:
+        """The call's arguments, from the model message the model activity staged."""
+        assert inp.arguments_in is not None
+        text = await staged_text(self.store, inp.run_id, inp.arguments_in)
+        if text is not None:
+            for call in Message.model_validate_json(text).tool_uses():
+                if call.id == inp.call_id:
+                    return call.input
+        missing = StateMissing(f"the store does not hold the model message with call {inp.call_id}")
+        raise state_missing(missing)

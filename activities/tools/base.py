@@ -1,0 +1,119 @@
+"""The tool seam: what a tool is, how its paths are confined, and how tools run off the event loop.
+
+The built-in tools live in ``fs`` (read, write, edit, ls),
+``search`` (glob, grep) and ``bash`` (bash); ``registry`` names them. Every one is
+confined to the run's workspace: a path that leads outside it, by ``..``, by
+being absolute or through a symbolic link, is refused before anything is read
+or written.
+
+The activity runs each tool under ``heartbeating``, so a cancel reaches the
+tool's coroutine as ``asyncio.CancelledError``. Tools that block run in a
+thread; the long ones (glob, grep) watch a stop flag so that a cancelled
+search ends instead of running on in its thread, and run in threads of their
+own so that searches never hold up the other tools.
+
+Temporal runs activities at least once, so any tool call may run again after
+a worker crash; ``durable_agent.core.tool_specs`` documents what each repeat does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from durable_agent.core.tool_specs import ToolSpec
+
+
+class ToolFailure(Exception):
+    """An expected failure (a missing file, a path outside the workspace): shown to the model."""
+
+
+ToolImpl = Callable[[Any, Path], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool a worker can run: its spec and its coroutine ``run(args, workspace)``."""
+
+    spec: ToolSpec
+    run: ToolImpl
+
+
+def confine(workspace: Path, path: str) -> Path:
+    """Resolve ``path`` inside ``workspace``, following links; refuse anything outside.
+
+    Links are resolved as far as the path exists, so a link to an outside file,
+    a linked folder on the way and a link dangling towards the outside are all
+    refused, as are ``..`` and absolute paths that leave the workspace.
+    """
+    root = workspace.resolve()
+    try:
+        candidate = (root / path).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # a link loop, a NUL byte
+        raise ToolFailure(f"path {path!r} cannot be resolved: {exc}") from None
+    if candidate != root and not candidate.is_relative_to(root):
+        raise ToolFailure(f"path {path!r} is outside the workspace")
+    return candidate
+
+
+def is_inside(root: Path, path: Path) -> bool:
+    """Whether ``path``, links resolved, is ``root`` (itself resolved) or under it."""
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return real == root or real.is_relative_to(root)
+
+
+def threaded(fn: Callable[[Any, Path], str]) -> ToolImpl:
+    """Run a blocking tool in a thread, off the worker's event loop."""
+
+    async def run(args: Any, workspace: Path) -> str:
+        return await asyncio.to_thread(fn, args, workspace)
+
+    return run
+
+
+# Searches run in threads of their own, so a few long ones (each bounded, see ``search``)
+# never keep the quick tools of other runs waiting for a thread of the shared default pool.
+SEARCH_THREADS = 4
+_search_pool: ThreadPoolExecutor | None = None
+
+
+def _searches() -> ThreadPoolExecutor:
+    global _search_pool
+    if _search_pool is None:
+        _search_pool = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="tool-search")
+    return _search_pool
+
+
+def stoppable(fn: Callable[[Any, Path, threading.Event], str]) -> ToolImpl:
+    """Like ``threaded``, for a long tool that checks ``stop`` and returns early once it is set.
+
+    A thread cannot be interrupted, so on cancel the flag is set and the
+    cancellation goes on at once; the search notices the flag between entries
+    and between lines, and no single step of it (one regular-expression call
+    included) takes more than a fraction of a second, so the thread ends soon
+    after. Searches have their own threads (``SEARCH_THREADS``): one that
+    waits for a thread and is cancelled never starts.
+    """
+
+    async def run(args: Any, workspace: Path) -> str:
+        stop = threading.Event()
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(
+                _searches(), functools.partial(contextvars.copy_context().run, fn, args, workspace, stop)
+            )
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+
+    return run

@@ -1,0 +1,342 @@
+"""The file tools: ``read``, ``write``, ``edit`` and ``ls``, each confined to the workspace.
+
+They block, so ``builtin_tools`` runs them in a thread. What a repeat does
+(Temporal runs activities at least once):
+
+- ``read`` and ``ls`` only read: a repeat answers from the files as they are.
+- ``write`` replaces the file atomically with the same content: harmless, and
+  reported as "already had this content".
+- ``edit`` reports "already applied" when ``old_string`` is gone (apart from
+  copies inside ``new_string``) and ``new_string`` is present, so a retried
+  edit neither fails nor applies twice; a retried deletion (empty
+  ``new_string``) fails as "not found", as nothing shows it was done.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+from durable_agent.activities.files import write_atomic
+from durable_agent.activities.tools.base import ToolFailure, confine
+from durable_agent.core.tool_args import (
+    EDIT_MAX_FILE_BYTES,
+    LS_MAX_ENTRIES,
+    READ_MAX_BYTES,
+    READ_MAX_LINE_CHARS,
+    EditArgs,
+    LsArgs,
+    ReadArgs,
+    WriteArgs,
+)
+
+# A NUL byte in the first block marks a binary file, as git and grep decide it.
+BINARY_SNIFF_BYTES = 8192
+# Past the shown lines, ``read`` counts the rest of the file up to this much, to say how much is left.
+READ_COUNT_BYTES = 32 * 1024 * 1024
+EDIT_SNIPPET_LINES = 12
+EDIT_SNIPPET_CHARS = 200
+
+# The longest line prefix ``read`` keeps in memory: enough for READ_MAX_LINE_CHARS of UTF-8.
+_LINE_PREFIX_BYTES = READ_MAX_LINE_CHARS * 4
+
+
+def is_binary(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is binary."""
+    return b"\0" in head[:BINARY_SNIFF_BYTES]
+
+
+def _open_for_reading(path: Path, shown: str) -> BinaryIO:
+    """Open a regular file; a folder, pipe or device is a clear failure, never a hang."""
+    try:
+        if path.is_dir():
+            raise ToolFailure(f"{shown!r} is a folder; use ls to list it")
+        # O_NONBLOCK: opening a named pipe would otherwise wait for a writer for ever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ToolFailure(f"{shown!r} is not a regular file")
+        return os.fdopen(fd, "rb")
+    except FileNotFoundError:
+        raise ToolFailure(f"file {shown!r} does not exist") from None
+    except PermissionError:
+        raise ToolFailure(f"file {shown!r} cannot be read (permission denied)") from None
+    except OSError as exc:
+        raise ToolFailure(f"file {shown!r} cannot be read: {exc.strerror or exc}") from None
+
+
+def _next_line(f: BinaryIO) -> tuple[bytes, int] | None:
+    """The next line's first bytes (without its line break) and its full length; None at the end.
+
+    A line longer than the prefix is skipped over in pieces, so a huge
+    single-line file (minified code, a data dump) never sits whole in memory.
+    """
+    prefix = f.readline(_LINE_PREFIX_BYTES)
+    if not prefix:
+        return None
+    length = len(prefix)
+    if not prefix.endswith(b"\n"):
+        while True:
+            rest = f.readline(1024 * 1024)
+            length += len(rest)
+            if not rest or rest.endswith(b"\n"):
+                break
+    return prefix.rstrip(b"\r\n"), length
+
+
+def _count_lines(f: BinaryIO, budget: int) -> int | None:
+    """Lines left in ``f``, or None when there is more than ``budget`` bytes to count."""
+    count, seen, last = 0, 0, b"\n"
+    while chunk := f.read(1024 * 1024):
+        count += chunk.count(b"\n")
+        seen += len(chunk)
+        last = chunk[-1:]
+        if seen > budget:
+            return None
+    return count + (last != b"\n")
+
+
+def read(args: ReadArgs, workspace: Path) -> str:
+    """A text file's lines, numbered from 1, from ``offset`` for ``limit`` lines.
+
+    Stops at ``READ_MAX_BYTES`` of text and cuts lines longer than
+    ``READ_MAX_LINE_CHARS``, saying so and how to read on; reports a binary
+    file instead of showing it. Only reads, so a repeat changes nothing.
+    """
+    path = confine(workspace, args.file_path)
+    with _open_for_reading(path, args.file_path) as f:
+        if is_binary(f.read(BINARY_SNIFF_BYTES)):
+            file_size = os.fstat(f.fileno()).st_size
+            return f"{args.file_path} is a binary file ({file_size} bytes); its content is not shown"
+        f.seek(0)
+        for skipped in range(args.offset):
+            if _next_line(f) is None:
+                if skipped == 0:
+                    return f"[{args.file_path} is empty]"
+                return f"[{args.file_path} has {skipped} lines; offset {args.offset} is past the end]"
+        shown: list[str] = []
+        used, cut_lines, full = 0, 0, False
+        while args.limit is None or len(shown) < args.limit:
+            position = f.tell()
+            line = _next_line(f)
+            if line is None:
+                break
+            prefix, length = line
+            text = prefix.decode("utf-8", errors="replace")
+            if len(text) > READ_MAX_LINE_CHARS or length > _LINE_PREFIX_BYTES:
+                text = f"{text[:READ_MAX_LINE_CHARS]} [… line cut at {READ_MAX_LINE_CHARS} characters]"
+                cut_lines += 1
+            number = args.offset + len(shown) + 1
+            entry = f"{number:>6}\t{text}"
+            size = len(entry.encode("utf-8")) + 1
+            if shown and used + size > READ_MAX_BYTES:
+                f.seek(position)  # this line is counted among those left
+                full = True
+                break
+            shown.append(entry)
+            used += size
+        end = args.offset + len(shown)
+        left = _count_lines(f, READ_COUNT_BYTES)
+    if not shown:
+        if args.offset == 0:
+            return f"[{args.file_path} is empty]"
+        return f"[{args.file_path} has {args.offset} lines; offset {args.offset} is past the end]"
+    notes = []
+    more = "more lines follow" if left is None else f"{left} more lines"
+    if full:
+        notes.append(f"[output cut at {READ_MAX_BYTES} bytes; {more}; use offset={end} to read on]")
+    elif left != 0:
+        notes.append(f"[{more}; use offset={end} to read on]")
+    if cut_lines:
+        notes.append(
+            f"[output cut: {cut_lines} line(s) longer than {READ_MAX_LINE_CHARS} characters shown in part]"
+        )
+    return "\n".join([*shown, *notes])
+
+
+def _create(path: Path, data: bytes) -> bool:
+    """Create ``path`` with ``data``; False if it appeared meanwhile."""
+    try:
+        # O_EXCL|O_NOFOLLOW: never write through a link planted since the path was confined.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
+def write(args: WriteArgs, workspace: Path) -> str:
+    """Create or replace a file with ``content``, creating parent folders inside the workspace.
+
+    An existing file is replaced atomically and keeps its permissions. A
+    repeat writes the same content again, which changes nothing; the result
+    then says the file already had that content.
+    """
+    path = confine(workspace, args.file_path)
+    data = args.content.encode("utf-8")
+    try:
+        if path.is_dir():
+            raise ToolFailure(f"{args.file_path!r} is a folder; give a file path")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # The folders just made are plain folders, but check again: one may be a link made meanwhile.
+        path = confine(workspace, args.file_path)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            if _create(path, data):
+                return f"created {args.file_path} ({len(data)} bytes written)"
+            st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolFailure(f"{args.file_path!r} is not a regular file")
+        if st.st_size == len(data) and path.read_bytes() == data:
+            return f"{args.file_path} already had this content ({len(data)} bytes); nothing changed"
+        write_atomic(path, data, stat.S_IMODE(st.st_mode))
+    except (FileExistsError, NotADirectoryError):
+        raise ToolFailure(f"cannot write {args.file_path!r}: part of its folder path is a file") from None
+    except PermissionError:
+        raise ToolFailure(f"cannot write {args.file_path!r}: permission denied") from None
+    except OSError as exc:
+        raise ToolFailure(f"cannot write {args.file_path!r}: {exc.strerror or exc}") from None
+    return f"replaced {args.file_path} ({len(data)} bytes written; it had {st.st_size} bytes)"
+
+
+def _occurrences(text: str, needle: str) -> list[int]:
+    """Start offsets of ``needle`` in ``text``, left to right, not overlapping (as ``str.replace``)."""
+    found, i = [], text.find(needle)
+    while i != -1:
+        found.append(i)
+        i = text.find(needle, i + len(needle))
+    return found
+
+
+def _pending(text: str, old: str, new: str) -> list[int]:
+    """Occurrences of ``old`` still to replace: those not inside an occurrence of ``new``.
+
+    Only matters when ``new`` contains ``old``: after ``foo`` → ``foo()`` the
+    file still contains ``foo``, and a repeat must not make it ``foo()()``.
+    """
+    starts = _occurrences(text, old)
+    if old not in new:
+        return starts
+    spans = _occurrences(text, new)
+    pending = []
+    for i in starts:
+        k = bisect.bisect_right(spans, i) - 1
+        if not (k >= 0 and i + len(old) <= spans[k] + len(new)):
+            pending.append(i)
+    return pending
+
+
+def _line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def _snippet(text: str, first_line: int, changed_lines: int) -> str:
+    lines = text.split("\n")
+    start = max(1, first_line - 2)
+    stop = min(len(lines), first_line + changed_lines + 1, start + EDIT_SNIPPET_LINES - 1)
+    return "\n".join(
+        f"{n:>6}\t{lines[n - 1][:EDIT_SNIPPET_CHARS].rstrip(chr(13))}" for n in range(start, stop + 1)
+    )
+
+
+def edit(args: EditArgs, workspace: Path) -> str:
+    """Replace ``old_string`` with ``new_string``: exactly one occurrence, or all with ``replace_all``.
+
+    Fails clearly when ``old_string`` is missing or (without ``replace_all``)
+    not unique. Occurrences of ``old_string`` that lie inside an occurrence of
+    ``new_string`` count as already replaced; when none is left to replace and
+    ``new_string`` is present, the edit is reported as already applied and
+    nothing changes. That is what a repeat after a crash sees, so a repeat
+    never fails and never applies the edit twice; the one exception is a
+    repeated deletion (empty ``new_string``), which cannot be told from a
+    mistaken one and fails as "not found". A file with Windows line
+    ends is matched with the model's ``\\n`` read as ``\\r\\n``.
+    """
+    path = confine(workspace, args.file_path)
+    name = args.file_path
+    with _open_for_reading(path, name) as f:
+        raw = f.read(EDIT_MAX_FILE_BYTES + 1)
+        mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+    if len(raw) > EDIT_MAX_FILE_BYTES:
+        raise ToolFailure(f"{name!r} is larger than {EDIT_MAX_FILE_BYTES} bytes; edit refuses files that big")
+    if is_binary(raw):
+        raise ToolFailure(f"{name!r} is a binary file; edit only changes text files")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ToolFailure(f"{name!r} is not UTF-8 text; edit refuses to rewrite it") from None
+    old, new = args.old_string, args.new_string
+    if "\r\n" in text and "\r" not in old + new and not _pending(text, old, new):
+        old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
+    pending = _pending(text, old, new)
+    if not pending:
+        if new and new in text:
+            return (
+                f"already applied: {name} has no old_string left to replace and contains new_string; "
+                "nothing changed"
+            )
+        # A deletion (empty new_string) that already happened looks the same: nothing shows it was done.
+        raise ToolFailure(
+            f"old_string was not found in {name}; it must match exactly, whitespace and indentation "
+            "included (read the file to copy the text)"
+        )
+    if len(pending) > 1 and not args.replace_all:
+        lines = ", ".join(str(_line_of(text, i)) for i in pending[:10])
+        raise ToolFailure(
+            f"old_string occurs {len(pending)} times in {name} (lines {lines}); add surrounding lines "
+            "to make it unique, or set replace_all to true"
+        )
+    parts, last = [], 0
+    for i in pending:
+        parts += [text[last:i], new]
+        last = i + len(old)
+    edited = "".join([*parts, text[last:]])
+    try:
+        write_atomic(path, edited.encode("utf-8"), mode)
+    except PermissionError:
+        raise ToolFailure(f"cannot write {name!r}: permission denied") from None
+    except OSError as exc:
+        raise ToolFailure(f"cannot write {name!r}: {exc.strerror or exc}") from None
+    # Where the first replacement landed in the edited text: earlier ones shift nothing before it.
+    first = _line_of(edited, pending[0])
+    count = f"{len(pending)} occurrences" if len(pending) > 1 else "1 occurrence"
+    snippet = _snippet(edited, first, new.count("\n"))
+    return f"edited {name}: replaced {count} (first at line {first})\n{snippet}"
+
+
+def ls(args: LsArgs, workspace: Path) -> str:
+    """A folder's entries, sorted: kind, name, size (links shown with their target), bounded.
+
+    Only reads, so a repeat changes nothing.
+    """
+    folder = confine(workspace, args.path)
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        raise ToolFailure(f"folder {args.path!r} does not exist") from None
+    except NotADirectoryError:
+        raise ToolFailure(f"{args.path!r} is a file; use read to see it") from None
+    except PermissionError:
+        raise ToolFailure(f"folder {args.path!r} cannot be listed (permission denied)") from None
+    lines = []
+    for name in names[:LS_MAX_ENTRIES]:
+        try:
+            st = os.lstat(folder / name)
+            if stat.S_ISLNK(st.st_mode):
+                lines.append(f"link  {name} -> {os.readlink(folder / name)}")
+            elif stat.S_ISDIR(st.st_mode):
+                lines.append(f"dir   {name}/")
+            else:
+                lines.append(f"file  {name}  ({st.st_size} bytes)")
+        except OSError:
+            continue  # removed since the listing, or not ours to look at
+    if len(names) > LS_MAX_ENTRIES:
+        lines.append(f"[{len(names) - LS_MAX_ENTRIES} more entries not shown]")
+    return "\n".join(lines) if lines else f"[{args.path} is empty]"

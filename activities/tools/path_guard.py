@@ -1,0 +1,106 @@
+"""Permission rules that see through links: the tool activity's half of the check.
+
+The workflow judges a call on the path as the model gave it; it cannot look
+at the file system. A link inside the workspace can make that path name
+another file (``notenv -> .env``, ``src/hooks -> ../.git/hooks``), so before a
+path tool runs, the activity resolves the path and judges the resolved path
+too: a ``deny`` on either denies, and an ``ask`` the workflow has not asked a
+person about sends the call back to the workflow to ask.
+
+``grep`` reads every file below its ``path``, so it leaves out the files an
+explicit ``read`` deny rule covers, by their path as walked or as resolved.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import posixpath
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from durable_agent.activities.tools.base import confine
+from durable_agent.core.activity_api import ToolCallInput, ToolOutput
+from durable_agent.core.permissions import PermissionPolicy, parse_rule
+from durable_agent.core.tool_specs import ToolSpec
+
+# Set by the tool activity for the tool it runs: whether ``read`` rules deny a workspace-relative
+# path. A context variable, so that it reaches the thread a search runs in (``asyncio.to_thread``
+# copies the context) without changing every tool's signature.
+READ_DENIED: contextvars.ContextVar[Callable[[str], bool] | None] = contextvars.ContextVar(
+    "read_denied", default=None
+)
+
+
+def relative(root: Path, path: Path) -> str:
+    """``path`` (inside ``root``) as the rules see it: workspace-relative, ``/``-separated."""
+    return "." if path == root else path.relative_to(root).as_posix()
+
+
+def read_denier(policy: PermissionPolicy, root: Path) -> Callable[[str], bool]:
+    """Whether an explicit ``read`` deny rule covers a path, as given or links resolved.
+
+    Only explicit rules: a ``default = "deny"`` leaves ``grep`` its files, as
+    it did before (``grep`` has its own rules).
+    """
+    rules = [rule for rule in (parse_rule(r) for r in policy.deny) if rule.tool == "read"]
+    if not rules:
+        return lambda _given: False
+
+    def covered(path: str) -> bool:
+        return any(rule.matches("read", path) for rule in rules)
+
+    def denied(given: str) -> bool:
+        if covered(given):
+            return True
+        try:
+            resolved = relative(root, confine(root, given))
+        except Exception:
+            return True  # cannot be resolved inside the workspace: never read it
+        return resolved != given and covered(resolved)
+
+    return denied
+
+
+def check_resolved(inp: ToolCallInput, spec: ToolSpec, arguments: dict[str, Any]) -> ToolOutput | None:
+    """The refusal for a call whose path resolves to one the rules deny or ask about; None: go on.
+
+    Only for tools whose permission target is a path; a path that leaves the
+    workspace is left to the tool, which refuses it.
+    """
+    policy = inp.permissions
+    if policy is None or spec.target_arg is None or not spec.target_is_path:
+        return None
+    value = arguments.get(spec.target_arg)
+    if not isinstance(value, str) or not value:
+        return None  # the argument check reports it
+    root = Path(inp.workspace).resolve()
+    try:
+        resolved = relative(root, confine(root, value))
+    except Exception:
+        return None
+    given = posixpath.normpath(value)
+    if posixpath.isabs(given):
+        given = posixpath.relpath(given, str(root)) if given.startswith(str(root)) else given
+    if resolved == given:
+        return None
+    decision = policy.decide(inp.name, resolved)
+    shown = f"{inp.name} {value}"
+    if decision == "deny":
+        return ToolOutput(
+            content=(
+                f"permission denied: {shown} resolves to {resolved}, which is not allowed by the "
+                "run's permissions"
+            ),
+            is_error=True,
+            permission="denied",
+            resolved_target=resolved,
+        )
+    if decision == "ask" and inp.approved_target != resolved:
+        return ToolOutput(
+            content=f"{shown} resolves to {resolved}, which needs a person's approval",
+            is_error=True,
+            permission="ask",
+            resolved_target=resolved,
+        )
+    return None

@@ -1,0 +1,1 @@
+"""The ``durable-agent`` command line: runs, approvals, exports, the demo."""

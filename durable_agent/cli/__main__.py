@@ -1,0 +1,3 @@
+from durable_agent.cli.commands import main
+
+main()

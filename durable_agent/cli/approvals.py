@@ -1,0 +1,110 @@
+"""``durable-agent approvals | approve | deny``: the person's side of human approval."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from temporalio.client import Client, WorkflowUpdateFailedError
+
+from durable_agent.client import connect
+from durable_agent.core.run_api import (
+    QUERY_STATUS,
+    SA_RUN_STATUS,
+    UPDATE_APPROVE,
+    ApprovalAnswer,
+    ApprovalDecision,
+    PendingApproval,
+    RunStatusView,
+)
+
+AWAITING = "awaiting_approval"
+
+
+def _line(workflow_id: str, p: PendingApproval) -> str:
+    since = dt.datetime.fromtimestamp(p.since_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    target = f" {p.target}" if p.target else ""
+    timeout = f", denied after {p.timeout_seconds:g} s" if p.timeout_seconds else ""
+    return (
+        f"{workflow_id}  {p.call_id}  {p.tool}{target}  {p.arguments}  "
+        f"(step {p.step}, arguments {p.arguments_digest}, since {since}{timeout})"
+    )
+
+
+async def _pending(client: Client, workflow_id: str) -> tuple[PendingApproval, ...]:
+    view: RunStatusView = await client.get_workflow_handle(workflow_id).query(
+        QUERY_STATUS, result_type=RunStatusView
+    )
+    return view.pending_approvals
+
+
+async def list_approvals(args: argparse.Namespace) -> int:
+    """The calls waiting for a decision: of one run, or of every run that waits."""
+    client = await connect()
+    if args.workflow_id:
+        ids = [args.workflow_id]
+    else:
+        query = f'{SA_RUN_STATUS} = "{AWAITING}" AND ExecutionStatus = "Running"'
+        ids = [w.id async for w in client.list_workflows(query)]
+    rows = [_line(wid, p) for wid in ids for p in await _pending(client, wid)]
+    print("\n".join(rows) if rows else "no calls are waiting for approval")
+    return 0
+
+
+async def decide(args: argparse.Namespace) -> int:
+    """Send the ``approve`` update; the run answers once the decision is recorded."""
+    approved = args.command == "approve"
+    client = await connect()
+    handle = client.get_workflow_handle(args.workflow_id)
+    # Bound to the request as it is now: a call that reuses the id later, or whose arguments
+    # differ from what was shown, is not decided by this.
+    request = next((p for p in await _pending(client, args.workflow_id) if p.call_id == args.call_id), None)
+    if request is not None and args.digest is not None and args.digest != request.arguments_digest:
+        print(
+            f"durable-agent: {args.command}: call {args.call_id!r} has arguments "
+            f"{request.arguments_digest} now, not {args.digest}; nothing was decided"
+        )
+        return 1
+    # (no such request: the run's own answer says why, already decided or never asked)
+    decision = ApprovalDecision(
+        call_id=args.call_id,
+        approved=approved,
+        reason=args.reason,
+        step=request.step if request else None,
+        arguments_digest=request.arguments_digest if request else args.digest,
+    )
+    try:
+        answer = await handle.execute_update(UPDATE_APPROVE, decision, result_type=ApprovalAnswer)
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        print(f"durable-agent: {args.command}: {getattr(cause, 'message', None) or cause}")
+        return 1
+    verb = "approved" if answer.approved else "denied"
+    bound = f" (step {request.step}, arguments {request.arguments_digest})" if request else ""
+    print(f"{verb}: {answer.tool} call {answer.call_id}{bound} in {args.workflow_id}")
+    return 0
+
+
+Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+
+
+def add_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], wrap: Callable[[Command], Callable[..., int]]
+) -> None:
+    """Register the approval commands; ``wrap`` runs a command and reports Temporal's errors."""
+    approvals = sub.add_parser("approvals", help="list the calls waiting for a person's decision")
+    approvals.add_argument("workflow_id", nargs="?", help="one run (default: every run that waits)")
+    approvals.set_defaults(func=wrap(list_approvals))
+    for name, text in (("approve", "let a waiting call run"), ("deny", "refuse a waiting call")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("workflow_id")
+        p.add_argument("call_id")
+        p.add_argument("--reason", help="shown to the model (with a denial) and kept in the run's events")
+        p.add_argument(
+            "--digest",
+            metavar="SHA256",
+            help="the arguments digest that `approvals` showed: decide only if the call still has it",
+        )
+        p.set_defaults(func=wrap(decide))

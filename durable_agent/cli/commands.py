@@ -1,0 +1,301 @@
+"""``durable-agent``: run the demo, a worker, or start and inspect agent runs.
+
+Network commands connect like Temporal's own tools (``TEMPORAL_ADDRESS``,
+``TEMPORAL_NAMESPACE`` and config profiles); the task queue comes from
+``AGENT_TASK_QUEUE`` and the worker config from ``AGENT_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.client import WorkflowFailureError, WorkflowQueryFailedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from durable_agent.cli.approvals import add_commands as add_approval_commands
+from durable_agent.cli.common import build_run_input, err, failure_text, follow_and_report
+from durable_agent.cli.render import print_status
+from durable_agent.client import connect, exit_process, follow_events, start_run
+from durable_agent.client import task_queue as default_task_queue
+from durable_agent.core.errors import validation_message
+from durable_agent.core.export import load_export
+from durable_agent.core.models import EventRecord
+from durable_agent.core.run_api import (
+    QUERY_EVENTS,
+    QUERY_STATUS,
+    SIGNAL_CANCEL,
+    AgentRunInput,
+    AgentRunResult,
+    RunStatusView,
+)
+
+# Larger exports are resumed by path: a workflow input may hold 2 MB, and the export's
+# JSON file is a little larger than the export itself.
+RESUME_BY_VALUE_BYTES = 1_500_000
+
+
+def _one_line(exc: Exception) -> str:
+    """``Type: message`` on one line, whatever the message holds (a reader's error quotes input)."""
+    message = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
+    return f"{type(exc).__name__}: {' '.join(message.split())}"
+
+
+# --- the commands ---------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the built-in demo end to end, starting a local dev server when none is running."""
+    from durable_agent.cli.demo import run_demo
+
+    return run_demo(args)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run a worker, exactly as ``python worker.py`` does."""
+    from durable_agent import worker
+
+    return asyncio.run(worker.main())
+
+
+def _policy(args: argparse.Namespace) -> dict[str, Any] | None:
+    if not (args.allow or args.deny or args.ask or args.default):
+        return None
+    policy: dict[str, Any] = {"allow": args.allow or [], "deny": args.deny or [], "ask": args.ask or []}
+    if args.default:
+        policy["default"] = args.default
+    return policy
+
+
+def _workspace_arg(value: str | None) -> str | None:
+    # A folder that exists here is most likely meant: make it absolute, since the
+    # worker resolves relative paths against its own current folder.
+    if value is not None and Path(value).expanduser().is_dir():
+        return str(Path(value).expanduser().resolve())
+    return value
+
+
+async def _run(args: argparse.Namespace, run: AgentRunInput) -> int:
+    client = await connect()
+    queue = default_task_queue()
+    handle = await start_run(client, run, workflow_id=args.id, queue=queue)
+    if args.no_follow:
+        print(handle.id)
+        return 0
+    print(f"Started workflow {handle.id} on task queue {queue!r} (a worker must be running there)\n")
+    result = await follow_and_report(handle)
+    print(f"\nworkflow: {handle.id}")
+    return 0 if result is not None and result.status == "completed" else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Start an ``AgentRun`` (``run``, or ``resume`` from an export); follow it unless ``--no-follow``."""
+    fields: dict[str, Any] = {
+        "prompt": getattr(args, "prompt", None),
+        "workspace": _workspace_arg(args.workspace),
+        "model": args.model,
+        "session_id": args.session_id,
+        "export_sink": args.sink,
+        "max_tool_rounds": args.max_tool_rounds,
+        "approval_timeout_seconds": args.approval_timeout,
+        "permissions": _policy(args),
+    }
+    if args.command == "resume":
+        path = Path(args.export).expanduser().absolute()
+        try:
+            by_path = args.on_worker or path.stat().st_size > RESUME_BY_VALUE_BYTES
+            if by_path:
+                # too large for a workflow input: the worker reads it (a path on its machine)
+                fields["resume_from_file"] = str(path)
+            else:
+                export = load_export(path.read_bytes())
+                export.open()  # refused here, with its typed error, rather than as a run input
+                fields["resume_from"] = export
+        except (OSError, ValueError) as exc:  # ExportError and pydantic's ValidationError are ValueErrors
+            err(f"resume: cannot read {args.export}: {_one_line(exc)}")
+            return 2
+        if by_path and not args.on_worker:
+            print(f"the export is {path.stat().st_size:,} bytes: the worker reads it from {path}")
+        fields["force_resume"] = args.force or None
+    try:
+        run = build_run_input(fields)
+    except ValidationError as exc:
+        err(f"{args.command}: invalid run input: {validation_message(exc)}")
+        return 2
+    return _network(lambda a: _run(a, run))(args)
+
+
+async def _status(args: argparse.Namespace) -> int:
+    handle = (await connect()).get_workflow_handle(args.workflow_id)
+    view = await handle.query(QUERY_STATUS, result_type=RunStatusView)
+    if args.json:
+        print(view.model_dump_json(indent=2))
+    else:
+        print_status(view)
+    return 0
+
+
+async def _cancel(args: argparse.Namespace) -> int:
+    handle = (await connect()).get_workflow_handle(args.workflow_id)
+    await handle.signal(SIGNAL_CANCEL, args=[args.reason] if args.reason else [])
+    print(f"cancel requested for {args.workflow_id}")
+    return 0
+
+
+async def _events(args: argparse.Namespace) -> int:
+    handle = (await connect()).get_workflow_handle(args.workflow_id)
+    if args.follow:
+        async for record in follow_events(handle):
+            print(record.model_dump_json())
+    else:
+        for record in await handle.query(QUERY_EVENTS, 0, result_type=list[EventRecord]):
+            print(record.model_dump_json())
+    return 0
+
+
+async def _result(args: argparse.Namespace) -> int:
+    handle = (await connect()).get_workflow_handle(args.workflow_id, result_type=AgentRunResult)
+    try:
+        result = await handle.result()
+    except WorkflowFailureError as exc:
+        err(f"workflow {args.workflow_id} failed: {failure_text(exc)}")
+        return 1
+    print(result.model_dump_json(indent=2))
+    return 0 if result.status == "completed" else 1
+
+
+def _network(command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]) -> Callable[..., int]:
+    """Run an async command; Temporal's errors become a one-line message and exit code 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return asyncio.run(command(args))
+        # RuntimeError is what Client.connect raises when nothing answers.
+        except (RPCError, WorkflowQueryFailedError, WorkflowAlreadyStartedError, RuntimeError) as exc:
+            err(f"{args.command}: {exc}")
+            return 1
+        except KeyboardInterrupt:
+            return 130  # a run being followed goes on without us
+
+    return run
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check export files the filesystem sink wrote: every digest, the schema and the contract."""
+    failed = 0
+    for name in args.files:
+        try:
+            export = load_export(Path(name).read_bytes())
+            export.open()
+        except (OSError, ValueError) as exc:  # ExportError and pydantic's ValidationError are ValueErrors
+            failed += 1
+            print(f"FAILED {name}: {_one_line(exc)}")
+            continue
+        d = export.descriptor
+        print(f"OK {name}: session {d.session_id} run {d.run_id} turn {d.turn} {d.content_digest}")
+    return 1 if failed else 0
+
+
+# --- argument parsing -----------------------------------------------------------
+
+
+def _run_options(run: argparse.ArgumentParser) -> None:
+    """The options of a new run, shared by ``run`` and ``resume``."""
+    run.add_argument("--workspace", help="a folder on the worker's machine (default: the worker's)")
+    run.add_argument("--model", help='"provider/model"')
+    run.add_argument("--session-id")
+    run.add_argument("--sink", help="the export sink's name in the worker config")
+    run.add_argument("--max-tool-rounds", type=int)
+    run.add_argument(
+        "--approval-timeout", type=float, metavar="SECONDS", help="deny a waiting call after this"
+    )
+    for kind in ("allow", "deny", "ask"):
+        run.add_argument(f"--{kind}", action="append", metavar="RULE", help=f"{kind} rule, e.g. 'read(**)'")
+    run.add_argument("--default", choices=("allow", "deny", "ask"), help="decision when no rule matches")
+    run.add_argument("--id", help="the workflow id (default: agent-run-<random>)")
+    run.add_argument("--no-follow", action="store_true", help="print the workflow id and return")
+    run.set_defaults(func=cmd_run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``durable-agent`` argument parser."""
+    about = "Run the demo or a worker; start, follow and inspect durable agent runs."
+    parser = argparse.ArgumentParser(prog="durable-agent", description=about)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="run the built-in demo (starts a local dev server if needed)")
+    demo.add_argument("--prompt", default=None)
+    demo.add_argument("--model", help='"provider/model" (default: the config\'s default model)')
+    demo.add_argument("--workspace", help="use this folder instead of a copy of the sample workspace")
+    demo.add_argument("--exit", action="store_true", help="stop a dev server the demo started, at once")
+    demo.set_defaults(func=cmd_demo)
+
+    work = sub.add_parser("worker", help="run a worker (same as `python worker.py`)")
+    work.set_defaults(func=cmd_worker)
+
+    run = sub.add_parser("run", help="start a run on a running worker")
+    run.add_argument("--prompt", required=True)
+    _run_options(run)
+    resume = sub.add_parser("resume", help="start a new run that goes on from an export file")
+    resume.add_argument("export", metavar="EXPORT_JSON", help="a file the filesystem sink wrote")
+    resume.add_argument("--force", action="store_true", help="even where the worker's tools or rules differ")
+    resume.add_argument(
+        "--on-worker",
+        action="store_true",
+        help="the worker reads the file (a path on its machine) instead of this command sending it; "
+        f"the default for files over {RESUME_BY_VALUE_BYTES:,} bytes",
+    )
+    _run_options(resume)
+
+    by_id = {
+        "status": ("a run's status (query)", _status),
+        "cancel": ("ask a run to stop (signal)", _cancel),
+        "events": ("a run's events, one JSON a line", _events),
+        "result": ("wait for a run's result and print it as JSON", _result),
+    }
+    for name, (text, command) in by_id.items():
+        sub.add_parser(name, help=text).set_defaults(func=_network(command))
+        sub.choices[name].add_argument("workflow_id")
+    sub.choices["status"].add_argument("--json", action="store_true", help="print the view as JSON")
+    sub.choices["cancel"].add_argument("--reason", help="recorded as the run's error")
+    sub.choices["events"].add_argument("--follow", action="store_true", help="print until the run ends")
+
+    add_approval_commands(sub, _network)
+
+    verify = sub.add_parser("verify", help="check export files written by the filesystem sink")
+    verify.add_argument("files", nargs="+", metavar="EXPORT_JSON")
+    verify.set_defaults(func=cmd_verify)
+    return parser
+
+
+def run_cli(argv: list[str] | None = None) -> int:
+    """Parse the arguments, run the command and return its exit code (for in-process callers)."""
+    for stream in (sys.stdout, sys.stderr):
+        # Live logs must show through pipes at once, and never die on a terminal's encoding.
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(line_buffering=True, errors="replace")
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script: run the command, then exit the process with its code.
+
+    It leaves with ``os._exit`` once the output is flushed: the Temporal client's
+    Rust threads can crash the interpreter's own shutdown (an intermittent
+    SIGSEGV, temporalio/sdk-python#300), which would turn a finished command
+    into a failed one.
+    """
+    exit_process(run_cli(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""What the CLI's commands and the demo share: error lines, run inputs, following a run.
+
+Its own module so that ``demo`` and ``commands`` both import it and never each other.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+
+from durable_agent.cli.render import EventPrinter, print_result
+from durable_agent.client import follow_run
+from durable_agent.core.run_api import AgentRunInput, AgentRunResult
+
+
+def err(message: str) -> None:
+    """``durable-agent: MESSAGE`` on standard error."""
+    print(f"durable-agent: {message}", file=sys.stderr, flush=True)
+
+
+def build_run_input(fields: dict[str, Any]) -> AgentRunInput:
+    """An ``AgentRunInput`` from the fields given (``None`` means "use the worker's default")."""
+    return AgentRunInput.model_validate({k: v for k, v in fields.items() if v is not None})
+
+
+def failure_text(exc: WorkflowFailureError) -> str:
+    """Why a workflow failed, without the type prefix ``str()`` of a Temporal failure adds."""
+    # str() of a Temporal failure prefixes its type, which the message often names already.
+    cause = exc.cause
+    return str(getattr(cause, "message", "") or cause or exc)
+
+
+async def follow_and_report(handle: WorkflowHandle[Any, AgentRunResult]) -> AgentRunResult | None:
+    """Print the run's live log and then its result; ``None`` when the workflow itself failed."""
+    printer = EventPrinter()
+    async for record in follow_run(handle):
+        printer.show(record)
+    printer.finish()
+    try:
+        result = await handle.result()
+    except WorkflowFailureError as exc:
+        # The run was refused (bad input or config): the cause holds the reason.
+        err(f"workflow {handle.id} failed: {failure_text(exc)}")
+        return None
+    print_result(result)
+    return result

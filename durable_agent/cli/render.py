@@ -1,0 +1,245 @@
+"""How the CLI shows a run to a person: its live events, its status and its result."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from durable_agent.core.models import (
+    CheckpointExportedEvent,
+    CheckpointExportFailedEvent,
+    EndEvent,
+    ErrorEvent,
+    EventRecord,
+    LiveText,
+    PermissionDeniedEvent,
+    PersistenceFailedEvent,
+    RunStartEvent,
+    TextDeltaEvent,
+    TokenUsage,
+    ToolEndEvent,
+    ToolStartEvent,
+)
+from durable_agent.core.run_api import AgentRunResult, RunStatusView
+from durable_agent.core.tool_specs import BUILTIN_TOOLS
+
+DIGEST_HEX_SHOWN = 16
+
+
+def short_digest(digest: str) -> str:
+    """``sha256:`` and the first hex characters: enough to match a file name or a UI line."""
+    algorithm, _, hexdigest = digest.rpartition(":")
+    prefix = f"{algorithm}:" if algorithm else ""
+    return f"{prefix}{hexdigest[:DIGEST_HEX_SHOWN]}…" if len(hexdigest) > DIGEST_HEX_SHOWN else digest
+
+
+def main_argument(tool: str, arguments: dict[str, Any]) -> str:
+    """The argument that says what a tool call touches (its path, its pattern), if any."""
+    spec = BUILTIN_TOOLS.get(tool)
+    if spec is not None and spec.target_arg is not None:
+        value = arguments.get(spec.target_arg)
+        if value is None:
+            # The model may leave out an argument that has a default (``ls`` lists ".").
+            value = spec.args.model_fields[spec.target_arg].default
+        return "" if value is None else str(value)
+    # A tool this module does not know: its first string argument is the best guess.
+    for value in arguments.values():
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def usage_line(usage: TokenUsage) -> str:
+    """Token usage in one line."""
+    line = f"{usage.total_tokens} (prompt {usage.prompt_tokens}, completion {usage.completion_tokens}"
+    if usage.cache_read_tokens or usage.cache_write_tokens:
+        line += f", cache read {usage.cache_read_tokens}, cache write {usage.cache_write_tokens}"
+    return line + ")"
+
+
+class EventPrinter:
+    """Prints a run's events as a readable live log.
+
+    Model text is written as it arrives, without a line break of its own, so
+    that text streamed in several deltas reads as one paragraph; the next
+    other event closes the line first.
+    """
+
+    def __init__(self, out: TextIO | None = None, indent: str = "  ") -> None:
+        self.out = out or sys.stdout
+        self.indent = indent
+        self._in_text = False
+        self._live: LiveText | None = None  # what was shown of the model call in flight
+
+    def _line(self, text: str) -> None:
+        self._close_text()
+        self.out.write(f"{self.indent}{text}\n")
+        self.out.flush()
+
+    def _close_text(self) -> None:
+        if self._in_text:
+            self.out.write("\n")
+            self._in_text = False
+
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        if not self._in_text:
+            self.out.write(self.indent)
+            self._in_text = True
+        self.out.write(text.replace("\n", "\n" + self.indent))
+        self.out.flush()
+
+    def show_live(self, live: LiveText) -> None:
+        """Print what is new of a streaming model call; a retry starts its text afresh."""
+        shown = self._live
+        if shown is not None and live.attempt != shown.attempt:
+            self._line(f"↻ the model call is retried (attempt {live.attempt}); its answer so far:")
+            shown = None
+        if shown is not None and live.text.startswith(shown.text):
+            self._text(live.text[len(shown.text) :])
+        else:
+            self._text(live.text)
+        self._live = live
+
+    def show(self, record: EventRecord | LiveText) -> None:
+        """Print one event (some, such as ``turn_end``, print nothing)."""
+        if isinstance(record, LiveText):
+            self.show_live(record)
+            return
+        event = record.event
+        if isinstance(event, TextDeltaEvent):
+            # the durable text of a call that was shown while it streamed: print only what is missing
+            live, self._live = self._live, None
+            if live is not None and event.text.startswith(live.text):
+                self._text(event.text[len(live.text) :])
+            else:
+                if live is not None:
+                    self._close_text()
+                self._text(event.text)
+        elif isinstance(event, RunStartEvent):
+            self._line(f"▶ run started with model {event.model}")
+        elif isinstance(event, ToolStartEvent):
+            target = main_argument(event.name, event.input)
+            self._line(f"→ {event.name} {target}".rstrip())
+        elif isinstance(event, ToolEndEvent):
+            if event.is_error:
+                self._line(f"← error: {_one_line(event.output)}")
+            else:
+                lines = len(event.output.splitlines())
+                more = "+" if event.output_chars > len(event.output) else ""
+                self._line(f"← ok ({lines}{more} line{'' if lines == 1 else 's'})")
+        elif isinstance(event, PermissionDeniedEvent):
+            self._line(f"⊘ {event.name}: {event.reason}")
+        elif isinstance(event, CheckpointExportedEvent):
+            self._line(f"✓ export turn {event.turn} acknowledged {short_digest(event.content_digest)}")
+        elif isinstance(event, CheckpointExportFailedEvent):
+            self._line(f"✗ export turn {event.turn} failed: {event.reason}")
+        elif isinstance(event, PersistenceFailedEvent):
+            self._line(f"! checkpoint {event.operation} failed at turn {event.turn}: {event.reason}")
+        elif isinstance(event, ErrorEvent):
+            self._line(f"! error: {event.message}")
+        elif isinstance(event, EndEvent):
+            self._line(f"■ run ended: {event.status}")
+
+    def finish(self) -> None:
+        """End a pending line of model text."""
+        self._close_text()
+        self.out.flush()
+
+
+def print_result(result: AgentRunResult, out: TextIO | None = None) -> None:
+    """The run's outcome: status, final text, counters and every export."""
+    out = out or sys.stdout
+    w = out.write
+    w(f"\nResult: {result.status}\n")
+    if result.error:
+        w(f"  error: {result.error}\n")
+    w(f"  session: {result.session_id}\n  run: {result.run_id}\n")
+    if result.text:
+        w("  final text:\n")
+        for line in result.text.splitlines():
+            w(f"    {line}\n")
+    w(f"  tool calls: {result.tool_calls_count}\n")
+    w(f"  tokens: {usage_line(result.usage)}\n")
+    w(f"  exports acknowledged: {len(result.exports)}\n")
+    for ref in result.exports:
+        w(f"    turn {ref.turn}  {ref.content_digest}\n")
+    w(f"  export failures: {len(result.export_failures) or 'none'}\n")
+    for failure in result.export_failures:
+        w(f"    turn {failure.turn}  {failure.content_digest}: {failure.reason}\n")
+    for problem in result.persistence_failures:
+        w(f"  checkpoint store problem: {problem}\n")
+    out.flush()
+
+
+def print_status(view: RunStatusView, out: TextIO | None = None) -> None:
+    """The ``status`` query's answer, one field a line."""
+    out = out or sys.stdout
+    rows: list[tuple[str, object]] = [
+        ("status", view.status + (" (cancel requested)" if view.cancel_requested else "")),
+        ("session", view.session_id),
+        ("run", view.run_id),
+        ("model", view.model or "-"),
+        ("turn", view.turn),
+        ("tool calls", view.tool_calls),
+        ("exports delivered", view.exports_delivered),
+        ("export failures", view.export_failures),
+        ("persistence failures", view.persistence_failures),
+        ("last export", view.last_content_digest or "-"),
+        ("tokens", usage_line(view.usage)),
+    ]
+    for pending in view.pending_approvals:
+        target = f" {pending.target}" if pending.target else ""
+        rows.append(
+            (
+                "waiting for approval",
+                f"{pending.call_id}: {pending.tool}{target} {pending.arguments} "
+                f"(step {pending.step}, arguments {pending.arguments_digest})",
+            )
+        )
+    if view.error:
+        rows.append(("error", view.error))
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        out.write(f"{name + ':':<{width + 1}} {value}\n")
+    out.flush()
+
+
+def print_where_to_look(
+    namespace: str,
+    workflow_id: str,
+    run_id: str,
+    ui_base: str | None,
+    exports: Path | None,
+    *,
+    restart_hint: bool = False,
+    out: TextIO | None = None,
+) -> None:
+    """Where a person finds the run afterwards: the Web UI, the export files, the commands."""
+    out = out or sys.stdout
+    w = out.write
+    w("\nWhere to look:\n")
+    if ui_base is not None:
+        w(f"  Web UI:   {ui_base}/namespaces/{namespace}/workflows/{workflow_id}/{run_id}/history\n")
+    else:
+        w(f"  workflow: {workflow_id} (namespace {namespace})\n")
+    if exports is not None:
+        w(f"  exports:  {exports}\n")
+    w(f"  commands: durable-agent status {workflow_id}\n")
+    w(f"            durable-agent events {workflow_id}\n")
+    w(f"            temporal workflow show -w {workflow_id}\n")
+    if restart_hint:
+        # With --exit the server is gone by the time anyone reads this; its history is not.
+        w(
+            "  (--exit: the dev server stops now; its history stays in .agent/temporal.db.\n"
+            "   `temporal server start-dev --db-filename .agent/temporal.db` brings the UI back;\n"
+            "   the status and events commands also need a worker: `durable-agent worker`.)\n"
+        )
+    out.flush()

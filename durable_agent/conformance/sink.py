@@ -1,0 +1,165 @@
+"""Conformance checks for an ``ExportSink`` (``durable_agent.activities.sinks``).
+
+Each check in ``SINK_CHECKS`` takes a fresh, empty sink:
+
+- ``deliver`` returns once the export is held, and treats a repeat digest as done
+  (no error, nothing changed);
+- a sink with ``fetch`` gives back, for a delivered export's descriptor, the same
+  export: the same descriptor and byte-identical canonical content, which opens
+  (validates) to the same payload; and ``None`` for an export it was never given.
+  A sink without ``fetch`` skips those checks (``CheckSkipped``).
+
+``check_failing_sink`` takes a sink set up so that it cannot hold an export (an
+unwritable folder, a closed bucket) and checks that ``deliver`` says so with
+``SinkError``, the one exception the export activity turns into a retry or a
+failed export.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol, runtime_checkable
+
+from durable_agent.activities.sinks import ExportSink, SinkError
+from durable_agent.conformance.base import Check, CheckSkipped, Factory, fresh, run_checks
+from durable_agent.conformance.store import header, rich_chain
+from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
+from durable_agent.core.models import TokenUsage
+from durable_agent.core.run_log import ExportFacts, RunLog, build_export
+
+SESSION = "conformance-session"
+
+
+def sample_export(
+    turn: int, run_id: str = "conformance-run", session_id: str = SESSION
+) -> SessionCheckpointExportV1:
+    """A valid export of a small run after ``turn`` boundaries (1 to 3): same arguments, same bytes."""
+    log = RunLog(run_id)
+    log.apply_all(rich_chain(run_id)[:turn])
+    facts = ExportFacts(
+        turn=turn,
+        checkpoint_ms=10_000 + turn,
+        updated_at_ms=10_000 + turn,
+        usage=TokenUsage(prompt_tokens=10 * turn, completion_tokens=turn, total_tokens=11 * turn),
+    )
+    return build_export(header(run_id, session_id), log, (), facts)
+
+
+@runtime_checkable
+class FetchingSink(ExportSink, Protocol):
+    """A sink that can also give an export back (what a continued run recovers from)."""
+
+    async def fetch(self, descriptor: ExportDescriptor) -> SessionCheckpointExportV1 | None: ...
+
+
+def _fetcher(sink: ExportSink) -> Callable[[ExportDescriptor], Awaitable[SessionCheckpointExportV1 | None]]:
+    if not isinstance(sink, FetchingSink):
+        raise CheckSkipped("the sink has no fetch")
+    return sink.fetch
+
+
+async def gives_back(sink: ExportSink, export: SessionCheckpointExportV1, what: str) -> None:
+    """``fetch`` gives back ``export``: its descriptor and its content, byte for byte."""
+    fetched = await _fetcher(sink)(export.descriptor)
+    assert fetched is not None, f"{what}: fetch gives None for an export that was delivered"
+    assert fetched.descriptor == export.descriptor, f"{what}: fetch gives back another descriptor"
+    assert fetched.content.encode("utf-8") == export.content.encode("utf-8"), (
+        f"{what}: fetch gives back other content bytes than were delivered"
+    )
+    assert fetched.open() == export.open(), f"{what}: the fetched export opens to another payload"
+
+
+async def delivered_exports_come_back_whole(sink: ExportSink) -> None:
+    """What ``fetch`` gives for a delivered export's descriptor is that export, byte for byte."""
+    _fetcher(sink)
+    export = sample_export(2)
+    await sink.deliver(export)
+    await gives_back(sink, export, "after one delivery")
+
+
+async def a_repeated_delivery_is_harmless(sink: ExportSink) -> None:
+    """Delivering an export again (the same digest, as an activity's retry does) is done, not an error."""
+    export = sample_export(1)
+    await sink.deliver(export)
+    await sink.deliver(export)
+    copy = SessionCheckpointExportV1.model_validate_json(export.model_dump_json())
+    await sink.deliver(copy)  # an equal export, not the same object
+    if isinstance(sink, FetchingSink):
+        await gives_back(sink, export, "after three deliveries of one export")
+
+
+async def an_unknown_export_is_not_fetched(sink: ExportSink) -> None:
+    """``fetch`` gives ``None`` for an export the sink was never given, also beside one it was."""
+    fetch = _fetcher(sink)
+    never = sample_export(3)
+    assert await fetch(never.descriptor) is None, "fetch on an empty sink gives something"
+    await sink.deliver(sample_export(1))
+    await sink.deliver(sample_export(2))
+    assert await fetch(never.descriptor) is None, "fetch gives something for an export never delivered"
+    forged = never.descriptor.model_copy(update={"content_digest": "sha256:" + "e" * 64})
+    assert await fetch(forged) is None, "fetch gives something for a digest never delivered"
+
+
+async def exports_are_kept_apart(sink: ExportSink) -> None:
+    """Exports of several turns, runs and sessions are each given back as delivered."""
+    exports = [
+        sample_export(1),
+        sample_export(2),
+        sample_export(3),
+        sample_export(2, run_id="conformance-other-run"),
+        sample_export(2, session_id="conformance-session-2"),
+    ]
+    assert len({e.descriptor.content_digest for e in exports}) == len(exports)
+    for export in exports:
+        await sink.deliver(export)
+    if isinstance(sink, FetchingSink):
+        for export in exports:
+            d = export.descriptor
+            await gives_back(sink, export, f"export of {d.session_id}/{d.run_id} turn {d.turn}")
+
+
+#: Every check of a working sink, by name: ``await SINK_CHECKS[name](fresh_sink)``.
+SINK_CHECKS: dict[str, Check[ExportSink]] = {
+    check.__name__: check
+    for check in (
+        delivered_exports_come_back_whole,
+        a_repeated_delivery_is_harmless,
+        an_unknown_export_is_not_fetched,
+        exports_are_kept_apart,
+    )
+}
+
+
+async def check_failing_sink(sink: ExportSink) -> None:
+    """``sink`` cannot hold an export (set up so): its ``deliver`` must raise ``SinkError``."""
+    try:
+        await sink.deliver(sample_export(1))
+    except SinkError:
+        return
+    except Exception as error:
+        raise AssertionError(
+            f"a failing deliver must raise SinkError, not {type(error).__name__}: {error}"
+        ) from error
+    raise AssertionError("deliver returned although the sink could not hold the export")
+
+
+async def check_sink(
+    make_sink: Factory[ExportSink], make_failing_sink: Factory[ExportSink] | None = None
+) -> list[str]:
+    """Run every check in ``SINK_CHECKS`` on a fresh sink each, and ``check_failing_sink`` on
+    one from ``make_failing_sink`` when given; return the names of the checks skipped.
+
+    Raises ``ConformanceError`` (an ``AssertionError``) naming each failed check.
+    """
+    checks = dict(SINK_CHECKS)
+    if make_failing_sink is not None:
+        failing = make_failing_sink
+
+        async def a_failing_delivery_raises_sink_error(_: ExportSink) -> None:
+            await check_failing_sink(await fresh(failing))
+
+        checks["a_failing_delivery_raises_sink_error"] = a_failing_delivery_raises_sink_error
+    return await run_checks("the export sink", checks, make_sink)
+
+
+__all__ = ["SINK_CHECKS", "FetchingSink", "check_failing_sink", "check_sink", "sample_export"]

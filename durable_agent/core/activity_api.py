@@ -1,0 +1,287 @@
+"""The inputs and outputs of ``AgentRun``'s activities, and their stable names.
+
+Compatibility rule: fields may be added with defaults; a field is never renamed
+or removed while histories that carry it may replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import Field
+
+from durable_agent.core.export import CapabilityBinding, ExportDescriptor, ResumedFrom, RunRecord, RunStatus
+from durable_agent.core.models import (
+    EventRecord,
+    Frozen,
+    Message,
+    ModelResponse,
+    TokenUsage,
+    ToolDefinition,
+    ToolUseBlock,
+)
+from durable_agent.core.permissions import PermissionPolicy
+from durable_agent.core.plan import RunPlan, Timeouts
+from durable_agent.core.run_api import AgentRunInput, RunSettings
+from durable_agent.core.run_log import ExportFacts, ExportSeed, LogDelta, LogEntry, LogRef, RunHeader, Staged
+
+InT = TypeVar("InT")
+OutT = TypeVar("OutT")
+
+
+class ResolveInput(Frozen):
+    """Check a run's settings against the worker's config; the plan comes back without the
+    prompt, which the workflow already holds."""
+
+    session_id: str
+    run_id: str
+    settings: RunSettings | None = None
+    resumed_from: ResumedFrom | None = None
+    resume_permissions: PermissionPolicy | None = None
+    # Sent by workflows before 0.2 (the whole input, prompt included, without ``resume_from``).
+    run: AgentRunInput | None = None
+
+    def run_settings(self) -> RunSettings:
+        if self.settings is not None:
+            return self.settings
+        return self.run.settings() if self.run is not None else RunSettings()
+
+
+class ModelCallInput(Frozen):
+    """One model step as a provider sees it: the whole conversation (never an activity input)."""
+
+    run_id: str
+    model: str
+    system_prompt: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolDefinition, ...]
+
+
+class ToolCallInput(Frozen):
+    run_id: str
+    workspace: str
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    # or: the digest of the model message the model activity staged, whose call ``call_id`` has them
+    arguments_in: str | None = None
+    # The rules in force, for the activity to judge the path a call resolves to (through links);
+    # None (a workflow before this check) skips that check.
+    permissions: PermissionPolicy | None = None
+    # A resolved path a person approved for this call: an ``ask`` on it no longer stops the call.
+    approved_target: str | None = None
+
+
+class ToolOutput(Frozen):
+    content: str
+    is_error: bool = False
+    # the tool activity kept ``content`` in the session store too, under its digest
+    staged: bool = False
+    # The call did not run: the path it resolves to (``resolved_target``) is denied by the rules,
+    # or needs a person's decision first.
+    permission: Literal["denied", "ask"] | None = None
+    resolved_target: str | None = None
+
+
+class ModelStepInput(Frozen):
+    """The model activity's input: the conversation is the run's log at ``log``, plus ``pending``."""
+
+    run_id: str
+    model: str
+    log: LogRef
+    pending: LogDelta = LogDelta()
+
+
+class OpenRunInput(Frozen):
+    """Start a run's log: its header (the store adds the session's ended runs) and first entry
+    (after the conversation in ``resumed``, for a run resumed from an export file)."""
+
+    header: RunHeader
+    seed: LogEntry
+    resumed: ExportSeed | None = None
+
+
+class RunOpened(Frozen):
+    prior_run_ids: tuple[str, ...] = ()
+
+
+class ResumeFileInput(Frozen):
+    path: str
+    run_id: str
+
+
+class ResumePoint(Frozen):
+    """What a run resumed from an export file needs to know of it. The conversation goes
+    from the file to the store (``agent.open_run``), not through the history."""
+
+    seed: ExportSeed  # the conversation, as log version 1 of the new run
+    resumed_from: ResumedFrom
+    capability_binding: CapabilityBinding
+    prompt: str
+    usage: TokenUsage
+    due_calls: tuple[ToolUseBlock, ...] = ()
+    open_results: bool = False
+
+
+class SaveCheckpointInput(Frozen):
+    """Append ``entries`` to the run's log.
+
+    A long tool output or model message in the last entry is left empty there
+    and named in ``staged``: its activity put it in the store. ``header`` and
+    ``seed`` come with a restore, when the store had lost the run.
+    """
+
+    run_id: str
+    entries: tuple[LogEntry, ...]
+    staged: tuple[Staged, ...] = ()
+    header: RunHeader | None = None
+    seed: ExportSeed | None = None
+
+
+class LoadSessionInput(Frozen):
+    session_id: str
+    run_id: str
+
+
+class SessionRuns(Frozen):
+    """The session's other runs, as they ended; part of every export's snapshot."""
+
+    records: tuple[RunRecord, ...] = ()
+
+
+class FinishRunInput(Frozen):
+    """The run's end: the store keeps its record (its log's events plus ``events``) and drops its log."""
+
+    log: LogRef
+    events: tuple[EventRecord, ...]
+    status: RunStatus
+    updated_at_ms: int
+    result_text: str | None = None
+    error: str | None = None
+    # The result text is the last ``text_delta`` event's text in ``events``: sent once, not twice,
+    # so that a long final answer fits the payload limit.
+    result_is_last_text: bool = False
+
+
+class ExportInput(Frozen):
+    """Build the boundary's export from the run's log at ``log`` and hand it to ``sink``."""
+
+    sink: str
+    log: LogRef
+    facts: ExportFacts
+
+
+# --- the activities, each declared once -------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActivityOptions:
+    """How long one activity may run and how often Temporal tries it (seconds)."""
+
+    start_to_close_seconds: float
+    maximum_attempts: int
+    heartbeat_seconds: float | None = None
+    initial_interval_seconds: float = 1.0
+    maximum_interval_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class ActivityDecl(Generic[InT, OutT]):
+    """One activity: its stable name (recorded histories refer to it), its input and result
+    types, and its options, taken from the run's ``[timeouts]``.
+
+    The workflow calls activities only through their declarations, so mypy checks every
+    call's input and result; ``tests/test_activity_table.py`` checks that the worker's
+    activities take and return what their declarations say.
+    """
+
+    name: str
+    input_type: type[InT]
+    # The result's type as Temporal's converter needs it (a type, or a union such as
+    # ``ExportDescriptor | None``); ``OutT`` is the same type for mypy.
+    result_type: Any
+    options: Callable[[Timeouts], ActivityOptions]
+
+
+def _checkpoint(attempts: Callable[[Timeouts], int]) -> Callable[[Timeouts], ActivityOptions]:
+    return lambda t: ActivityOptions(
+        start_to_close_seconds=t.checkpoint_seconds,
+        maximum_attempts=attempts(t),
+        heartbeat_seconds=t.heartbeat_seconds,
+    )
+
+
+# Before the plan exists (resolving it, reading an export to resume from) the worker's
+# timeouts are not known yet: these two use fixed options.
+RESOLVE_RUN = ActivityDecl[ResolveInput, RunPlan](
+    "agent.resolve_run",
+    ResolveInput,
+    RunPlan,
+    # reads config and stats a folder: a short timeout retries a crashed worker's attempt fast
+    lambda _: ActivityOptions(start_to_close_seconds=10, maximum_attempts=3),
+)
+READ_RESUME = ActivityDecl[ResumeFileInput, ResumePoint](
+    "agent.read_resume",
+    ResumeFileInput,
+    ResumePoint,
+    lambda _: ActivityOptions(start_to_close_seconds=60, maximum_attempts=3, heartbeat_seconds=20),
+)
+OPEN_RUN = ActivityDecl[OpenRunInput, RunOpened](
+    "agent.open_run", OpenRunInput, RunOpened, _checkpoint(lambda t: t.checkpoint_max_attempts)
+)
+MODEL_CALL = ActivityDecl[ModelStepInput, ModelResponse](
+    "agent.model_call",
+    ModelStepInput,
+    ModelResponse,
+    lambda t: ActivityOptions(
+        start_to_close_seconds=t.model_seconds,
+        maximum_attempts=t.model_max_attempts,
+        heartbeat_seconds=t.heartbeat_seconds,
+        initial_interval_seconds=2,
+        maximum_interval_seconds=60,
+    ),
+)
+TOOL_CALL = ActivityDecl[ToolCallInput, ToolOutput](
+    "agent.tool_call",
+    ToolCallInput,
+    ToolOutput,
+    lambda t: ActivityOptions(
+        start_to_close_seconds=t.tool_seconds,
+        maximum_attempts=t.tool_max_attempts,
+        heartbeat_seconds=t.heartbeat_seconds,
+    ),
+)
+SAVE_CHECKPOINT = ActivityDecl[SaveCheckpointInput, None](
+    "agent.save_checkpoint", SaveCheckpointInput, None, _checkpoint(lambda t: t.checkpoint_max_attempts)
+)
+EXPORT_CHECKPOINT = ActivityDecl[ExportInput, ExportDescriptor | None](
+    "agent.export_checkpoint",
+    ExportInput,
+    # None: recorded before exports were built from the log (``durable_agent.core.legacy``)
+    ExportDescriptor | None,
+    _checkpoint(lambda t: t.export_max_attempts),
+)
+FINISH_RUN = ActivityDecl[FinishRunInput, None](
+    "agent.finish_run", FinishRunInput, None, _checkpoint(lambda t: t.checkpoint_max_attempts)
+)
+# Only runs started before linear history load their session (``durable_agent.core.legacy``).
+LOAD_SESSION = ActivityDecl[LoadSessionInput, SessionRuns](
+    "agent.load_session", LoadSessionInput, SessionRuns, _checkpoint(lambda _: 3)
+)
+
+ACTIVITIES: tuple[ActivityDecl[Any, Any], ...] = (
+    RESOLVE_RUN,
+    READ_RESUME,
+    OPEN_RUN,
+    MODEL_CALL,
+    TOOL_CALL,
+    SAVE_CHECKPOINT,
+    EXPORT_CHECKPOINT,
+    FINISH_RUN,
+    LOAD_SESSION,
+)
+
+
+ResolveInput.model_rebuild()

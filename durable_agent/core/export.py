@@ -1,0 +1,362 @@
+"""Checkpoint export, version 1 (``shared/spec/checkpoint-export-v1.md``).
+
+Compatibility rule: a v1 reader accepts exactly the v1 schema strings below.
+Any change to the shape of the payload or descriptor is a new version with new
+schema strings; v1 exports stay readable by ``open_export`` forever.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final, Literal
+
+from pydantic import ConfigDict, Field, ValidationError
+
+from durable_agent.core.canonical import CanonicalJsonError, canonical_bytes, digest_of, sha256_digest
+from durable_agent.core.errors import validation_message
+from durable_agent.core.json_limits import DOCUMENT_MAX_DEPTH, JsonLimitError
+from durable_agent.core.json_limits import loads as bounded_loads
+from durable_agent.core.models import EventRecord, Frozen, Message, TokenUsage, ToolEndEvent
+from durable_agent.core.permissions import PermissionPolicy
+
+EXPORT_SCHEMA: Final = "durable-agent.session-checkpoint-export.v1"
+PAYLOAD_SCHEMA: Final = "durable-agent.session-checkpoint-payload.v1"
+MEDIA_TYPE = "application/vnd.durable-agent.checkpoint.v1+json"
+LOOP_CHECKPOINT_SCHEMA_VERSION = 1
+SESSION_SNAPSHOT_SCHEMA_VERSION = 1
+
+RunStatus = Literal["created", "executing", "completed", "failed", "cancelled"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+
+# ``schema`` is a BaseModel attribute, so the field is ``schema_`` on the model
+# and ``schema`` on the wire.
+_SCHEMA_ALIASED = ConfigDict(
+    frozen=True,
+    extra="forbid",
+    validate_by_name=True,
+    validate_by_alias=True,
+    serialize_by_alias=True,
+)
+
+
+class CapabilityBinding(Frozen):
+    """What the model was allowed to use: the catalog generation and its digest.
+
+    ``tools`` and ``permissions`` name what the digest covers, so that a
+    refused resume can say what differs; the digest is what is compared.
+    """
+
+    catalog_generation: int = 0
+    catalog_digest: str
+    tools: tuple[str, ...] = ()
+    permissions: PermissionPolicy | None = None
+
+
+def binding_differences(checkpoint: CapabilityBinding, here: CapabilityBinding) -> list[str]:
+    """What differs between a checkpoint's binding and this worker's; empty when they match."""
+    if checkpoint.catalog_digest == here.catalog_digest and (
+        checkpoint.catalog_generation == here.catalog_generation
+    ):
+        return []
+    out = []
+    if checkpoint.catalog_generation != here.catalog_generation:
+        out.append(f"catalog generation {checkpoint.catalog_generation} here is {here.catalog_generation}")
+    gone = sorted(set(checkpoint.tools) - set(here.tools))
+    new = sorted(set(here.tools) - set(checkpoint.tools))
+    if gone:
+        out.append(f"tools no longer offered: {', '.join(gone)}")
+    if new:
+        out.append(f"tools offered here only: {', '.join(new)}")
+    before, after = checkpoint.permissions, here.permissions
+    if before is not None and after is not None and before != after:
+        for field in ("allow", "deny", "ask", "default"):
+            was, now = getattr(before, field), getattr(after, field)
+            if was != now:
+                out.append(f"permissions.{field} was {was!r}, here {now!r}")
+    if not out:
+        out.append("the tool definitions differ (same tools, other descriptions or schemas)")
+    return out
+
+
+class ResumedFrom(Frozen):
+    """Where a resumed run came from: the export it was started from."""
+
+    session_id: str
+    run_id: str
+    turn: int
+    content_digest: str
+
+
+class LoopCheckpoint(Frozen):
+    """The logical resume point of a run: everything needed to continue its loop."""
+
+    schema_version: int = LOOP_CHECKPOINT_SCHEMA_VERSION
+    session_id: str
+    run_id: str
+    turn: int
+    messages: tuple[Message, ...]
+    capability_binding: CapabilityBinding
+    total_usage: TokenUsage
+    tool_calls_count: int
+    checkpoint_ms: int
+
+
+class RunSnapshot(Frozen):
+    id: str
+    session_id: str
+    status: RunStatus
+    prompt: str
+    capability_binding: CapabilityBinding
+    created_at_ms: int
+    updated_at_ms: int
+    event_count: int
+    result_text: str | None = None
+    error: str | None = None
+    resumed_from: ResumedFrom | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class RunRecord(Frozen):
+    snapshot: RunSnapshot
+    events: tuple[EventRecord, ...]
+
+
+class SessionSnapshot(Frozen):
+    session_id: str
+    schema_version: int = SESSION_SNAPSHOT_SCHEMA_VERSION
+    run_records: tuple[RunRecord, ...]
+
+
+class CheckpointPayload(Frozen):
+    model_config = _SCHEMA_ALIASED
+    schema_: Literal["durable-agent.session-checkpoint-payload.v1"] = Field(
+        default=PAYLOAD_SCHEMA, alias="schema"
+    )
+    logical_resume: LoopCheckpoint
+    snapshot: SessionSnapshot
+
+    def source_run(self) -> RunRecord:
+        """The run record the logical resume was taken from (it is in the same snapshot)."""
+        for record in self.snapshot.run_records:
+            if record.snapshot.id == self.logical_resume.run_id:
+                return record
+        raise InvalidPayload(f"run {self.logical_resume.run_id!r} is not in the snapshot")
+
+
+class ExportDescriptor(Frozen):
+    model_config = _SCHEMA_ALIASED
+    schema_: Literal["durable-agent.session-checkpoint-export.v1"] = Field(
+        default=EXPORT_SCHEMA, alias="schema"
+    )
+    media_type: str = MEDIA_TYPE
+    session_id: str
+    run_id: str
+    turn: int
+    size_bytes: int
+    content_digest: str
+    snapshot_digest: str
+    logical_resume_digest: str
+    descriptor_digest: str
+
+    def computed_digest(self) -> str:
+        return digest_of(self.model_dump(mode="json", exclude={"descriptor_digest"}))
+
+
+# --- errors -----------------------------------------------------------------
+
+
+class ExportError(ValueError):
+    """Base of the typed errors ``open_export`` raises; never a partial result."""
+
+
+class InvalidDescriptor(ExportError):
+    pass
+
+
+class InvalidPayload(ExportError):
+    pass
+
+
+class ContentDrift(ExportError):
+    """The content does not match a digest or size in the descriptor."""
+
+
+class EncodingError(ExportError):
+    """The file or its content is not JSON within limits, or the content is not canonical JSON.
+
+    The limits (``json_limits``): at most ``DOCUMENT_MAX_DEPTH`` levels of nesting,
+    no NaN or Infinity, no number out of a double's range, no integer longer than
+    ``MAX_INT_DIGITS`` digits, no key twice in one object, UTF-8 only.
+    """
+
+
+def _text(data: str | bytes, what: str) -> str:
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start : exc.start + 1].hex()
+        raise EncodingError(f"{what} is not UTF-8: byte 0x{bad} at offset {exc.start}") from None
+
+
+def _parse(text: str, what: str) -> Any:
+    """``text`` parsed within the limits; ``EncodingError`` naming ``what`` for a refused shape
+    or a cut-off document, ``json.JSONDecodeError`` for anything else that is not JSON."""
+    try:
+        return bounded_loads(text, max_depth=DOCUMENT_MAX_DEPTH)
+    except JsonLimitError as exc:
+        raise EncodingError(f"{what} is refused: {exc}") from None
+    except json.JSONDecodeError as exc:
+        if exc.msg.startswith("Unterminated string") or not text[exc.pos :].strip():
+            raise EncodingError(f"{what} ends early (truncated?): {exc}") from None
+        raise
+
+
+# --- building and opening ---------------------------------------------------
+
+
+class SessionCheckpointExportV1(Frozen):
+    """A portable checkpoint: a descriptor plus the canonical JSON content."""
+
+    descriptor: ExportDescriptor
+    content: str
+
+    @classmethod
+    def build(cls, payload: CheckpointPayload) -> SessionCheckpointExportV1:
+        check_self_consistent(payload)
+        logical = payload.logical_resume
+        # The content is the canonical JSON of the payload; encoding its two parts once each
+        # and joining them gives the same bytes (its keys sort as written here) at half the cost.
+        logical_bytes, snapshot_bytes = canonical_bytes(logical), canonical_bytes(payload.snapshot)
+        content = b"".join(
+            (
+                b'{"logical_resume":',
+                logical_bytes,
+                b',"schema":',
+                canonical_bytes(payload.schema_),
+                b',"snapshot":',
+                snapshot_bytes,
+                b"}",
+            )
+        )
+        fields = {
+            "schema": EXPORT_SCHEMA,
+            "media_type": MEDIA_TYPE,
+            "session_id": logical.session_id,
+            "run_id": logical.run_id,
+            "turn": logical.turn,
+            "size_bytes": len(content),
+            "content_digest": sha256_digest(content),
+            "snapshot_digest": sha256_digest(snapshot_bytes),
+            "logical_resume_digest": sha256_digest(logical_bytes),
+        }
+        descriptor = ExportDescriptor(**fields, descriptor_digest=digest_of(fields))
+        return cls(descriptor=descriptor, content=content.decode("utf-8"))
+
+    def open(self) -> CheckpointPayload:
+        return open_export(self)
+
+
+def open_export(export: SessionCheckpointExportV1) -> CheckpointPayload:
+    """Re-validate an export and return its payload, or raise a typed ``ExportError``."""
+    d = export.descriptor
+    if d.schema_ != EXPORT_SCHEMA or d.media_type != MEDIA_TYPE:
+        raise InvalidDescriptor(f"unsupported export schema {d.schema_!r} / {d.media_type!r}")
+    try:
+        computed = d.computed_digest()
+    except CanonicalJsonError as exc:  # a descriptor that came in by another road than load_export
+        raise InvalidDescriptor(f"the descriptor cannot be encoded: {exc}") from None
+    if computed != d.descriptor_digest:
+        raise InvalidDescriptor("descriptor_digest does not match the descriptor")
+    try:
+        content = export.content.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate, written as an escape in the file
+        raise EncodingError(f"content is not valid Unicode at character {exc.start}") from None
+    if len(content) != d.size_bytes:
+        raise ContentDrift(f"content is {len(content)} bytes, descriptor says {d.size_bytes}")
+    if sha256_digest(content) != d.content_digest:
+        raise ContentDrift("content_digest does not match the content")
+    try:
+        raw = _parse(export.content, "content")
+    except json.JSONDecodeError as exc:
+        raise EncodingError(f"content is not JSON: {exc}") from None
+    try:
+        if canonical_bytes(raw) != content:
+            raise EncodingError("content is not canonical JSON")
+        try:
+            payload = CheckpointPayload.model_validate(raw)
+        except ValidationError as exc:
+            raise InvalidPayload(f"payload does not match schema: {validation_message(exc)}") from None
+        # Every field the content holds must survive the schema. A field added to v1 since
+        # (with its default) is not in an older export: it is left out of the comparison.
+        if canonical_bytes(payload.model_dump(mode="json", by_alias=True, exclude_unset=True)) != content:
+            raise InvalidPayload("payload has fields or values the v1 schema does not round-trip")
+    except CanonicalJsonError as exc:  # the parse's limits make this unexpected; typed all the same
+        raise EncodingError(f"content cannot be re-encoded: {exc}") from None
+    # the part digests are of the content's own parts, as the export was built
+    if digest_of(raw["snapshot"]) != d.snapshot_digest:
+        raise ContentDrift("snapshot_digest does not match the snapshot")
+    if digest_of(raw["logical_resume"]) != d.logical_resume_digest:
+        raise ContentDrift("logical_resume_digest does not match the logical resume")
+    logical = payload.logical_resume
+    if (d.session_id, d.run_id, d.turn) != (logical.session_id, logical.run_id, logical.turn):
+        raise InvalidDescriptor("descriptor session/run/turn differ from the payload")
+    check_self_consistent(payload)
+    return payload
+
+
+def load_export(data: str | bytes) -> SessionCheckpointExportV1:
+    """An export from the JSON document the filesystem sink writes (not yet opened: ``open()``).
+
+    Text outside the limits, not UTF-8 or cut short raises ``EncodingError``; a
+    document of another shape raises pydantic's ``ValidationError``, as before.
+    """
+    text = _text(data, "the export file")
+    try:
+        raw = _parse(text, "the export file")
+    except json.JSONDecodeError:
+        # Not JSON at all: pydantic's own message, which callers have always been shown.
+        return SessionCheckpointExportV1.model_validate_json(text)
+    return SessionCheckpointExportV1.model_validate(raw)
+
+
+def check_self_consistent(payload: CheckpointPayload) -> None:
+    """Raise ``InvalidPayload`` unless the payload meets the contract's self-consistency."""
+    logical = payload.logical_resume
+    snapshot = payload.snapshot
+    if logical.turn < 1:
+        raise InvalidPayload(f"turn must be >= 1, got {logical.turn}")
+    if logical.schema_version != LOOP_CHECKPOINT_SCHEMA_VERSION:
+        raise InvalidPayload(f"unsupported loop checkpoint version {logical.schema_version}")
+    if snapshot.session_id != logical.session_id:
+        raise InvalidPayload("snapshot and logical resume name different sessions")
+    seen: set[str] = set()
+    for record in snapshot.run_records:
+        run = record.snapshot
+        if run.session_id != snapshot.session_id:
+            raise InvalidPayload(f"run {run.id!r} belongs to session {run.session_id!r}")
+        if run.id in seen:
+            raise InvalidPayload(f"run id {run.id!r} appears twice")
+        seen.add(run.id)
+        previous = 0
+        for event in record.events:
+            if event.sequence <= previous:
+                raise InvalidPayload(f"run {run.id!r}: event sequences do not strictly increase")
+            previous = event.sequence
+        if run.event_count < previous:
+            raise InvalidPayload(f"run {run.id!r}: event_count does not cover its events")
+    source = payload.source_run().snapshot
+    if source.is_terminal:
+        raise InvalidPayload(f"source run {source.id!r} is terminal ({source.status})")
+    if source.capability_binding != logical.capability_binding:
+        raise InvalidPayload("capability binding differs between logical resume and source run")
+
+
+def tool_end_ids(record: RunRecord) -> list[str]:
+    """Tool call ids of the run's ``tool_end`` events, in order."""
+    return [e.event.id for e in record.events if isinstance(e.event, ToolEndEvent)]

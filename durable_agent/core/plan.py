@@ -1,0 +1,73 @@
+"""A run's plan: its input resolved against the worker's config (what the loop will do),
+with the timeouts and limits it runs under.
+
+Compatibility rule: fields may be added with defaults, never renamed or removed.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from durable_agent.core.export import CapabilityBinding, ResumedFrom
+from durable_agent.core.models import Frozen, ToolDefinition
+from durable_agent.core.permissions import PermissionPolicy
+from durable_agent.core.tool_specs import ToolOffer
+
+
+class Timeouts(Frozen):
+    """Activity timeouts (seconds) and how many times Temporal tries each (the worker's
+    ``[timeouts]``); ``durable_agent.core.activity_api`` maps them onto each activity."""
+
+    model_seconds: float = Field(600, gt=0)
+    tool_seconds: float = Field(300, gt=0)
+    heartbeat_seconds: float = Field(10, gt=0)
+    checkpoint_seconds: float = Field(60, gt=0)  # open, save, export and finish the run's log
+    model_max_attempts: int = Field(8, ge=1)  # 429s and 5xx: retried with backoff, 2 s to 60 s
+    tool_max_attempts: int = Field(3, ge=1)  # a worker lost mid-call; a tool error is not retried
+    checkpoint_max_attempts: int = Field(5, ge=1)
+    export_max_attempts: int = Field(5, ge=1)  # then the failure is recorded and the run goes on
+
+
+class Limits(Frozen):
+    """When a run continues as new, and where it stops cleanly instead of being terminated.
+
+    A run's history grows with what is new at each step (its conversation
+    enters the history once), and it continues as new at a tool boundary, so
+    a run of any length stays far below Temporal's 50 MB / 51,200-event
+    limits. The ``max_history_*`` limits are the safety net for one step that
+    alone would pass them: the run ends ``failed`` with the reason, its
+    exports so far delivered.
+    """
+
+    max_history_bytes: int = Field(40_000_000, ge=10_000)
+    max_history_events: int = Field(40_000, ge=100)
+    # At a tool boundary, once its export is acknowledged, the run continues as new
+    # (a fresh history, the same run) when Temporal suggests it or past either of these.
+    continue_as_new_events: int = Field(10_000, ge=50)
+    continue_as_new_bytes: int = Field(10_000_000, ge=10_000)
+    # No longer used (an export no longer passes through Temporal); accepted so that
+    # runs recorded with it replay and old configs load.
+    max_checkpoint_bytes: int | None = Field(None, deprecated="exports no longer pass through Temporal")
+
+
+class RunPlan(Frozen):
+    """The run's input resolved against the worker's config: what the loop will do."""
+
+    session_id: str
+    run_id: str
+    prompt: str = ""  # the workflow's own; the resolve activity leaves it empty
+    workspace: str
+    model: str
+    system_prompt: str
+    tools: tuple[ToolOffer, ...]
+    permissions: PermissionPolicy
+    capability_binding: CapabilityBinding
+    export_sink: str
+    max_tool_rounds: int
+    approval_timeout_seconds: float | None = None
+    resumed_from: ResumedFrom | None = None
+    timeouts: Timeouts = Timeouts()
+    limits: Limits = Limits()
+
+    def definitions(self) -> list[ToolDefinition]:
+        return [t.definition for t in self.tools]

@@ -1,0 +1,233 @@
+"""What a host sends an ``AgentRun`` and gets back: its input, result, status,
+approvals, and the names of its workflow type, signal, queries and update.
+
+Compatibility rule for these models: fields may be added with defaults; a
+field is never renamed or removed while histories that carry it may replay.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from durable_agent.core.export import (
+    CheckpointPayload,
+    ExportError,
+    RunRecord,
+    SessionCheckpointExportV1,
+    open_export,
+)
+from durable_agent.core.models import EventRecord, Frozen, Message, TokenUsage, ToolUseBlock
+from durable_agent.core.permissions import PermissionPolicy
+from durable_agent.core.plan import RunPlan
+from durable_agent.core.run_log import ExportSeed, LogRef
+
+WORKFLOW_TYPE = "AgentRun"
+SIGNAL_CANCEL = "cancel"
+QUERY_STATUS = "status"
+QUERY_EVENTS = "events"
+UPDATE_APPROVE = "approve"
+
+# Search attributes the worker registers (Keyword) and the workflow keeps current.
+SA_SESSION_ID = "AgentSessionId"
+SA_RUN_STATUS = "AgentRunStatus"
+
+FinalStatus = Literal["completed", "failed", "cancelled"]
+
+
+class RunSettings(BaseModel):
+    """What a run asks of the worker: resolved against its config into the run's plan."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workspace: str | None = Field(None, min_length=1, description="A folder on the worker's machine.")
+    model: str | None = Field(None, description='"provider/model"; default from the worker config.')
+    permissions: PermissionPolicy | None = None
+    export_sink: str | None = Field(None, min_length=1)
+    max_tool_rounds: int | None = Field(None, ge=1, le=10_000)
+    approval_timeout_seconds: float | None = Field(
+        None, gt=0, description="How long a call that needs approval waits before it is denied."
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _provider_slash_model(cls, value: str | None) -> str | None:
+        if value is not None:
+            provider, _, name = value.partition("/")
+            if not provider or not name:
+                raise ValueError(f'model must look like "provider/model", got {value!r}')
+        return value
+
+    def settings(self) -> RunSettings:
+        """These settings alone (of an ``AgentRunInput``: without its prompt and export)."""
+        return RunSettings.model_validate(self.model_dump(include=set(RunSettings.model_fields)))
+
+
+class AgentRunInput(RunSettings):
+    """The one JSON object that starts an ``AgentRun``. Unknown fields are refused."""
+
+    prompt: str | None = Field(None, min_length=1, description="Required, unless resume_from is given.")
+    session_id: str | None = Field(None, min_length=1, max_length=200)
+    resume_from: SessionCheckpointExportV1 | None = Field(
+        None, description="An export to go on from: the model sees its conversation."
+    )
+    resume_from_file: str | None = Field(
+        None,
+        min_length=1,
+        description="An export file on the worker's machine to go on from: for an export too large to "
+        "pass as input (a workflow input may hold 2 MB).",
+    )
+    force_resume: bool = Field(
+        False, description="Resume even where the worker's tools or permissions differ from the export's."
+    )
+    continued: CarriedState | None = Field(
+        None, description="Set by the run itself when it continues as new; not for callers."
+    )
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("prompt must not be blank")
+        return value
+
+    @model_validator(mode="after")
+    def _prompt_or_resume(self) -> AgentRunInput:
+        if self.resume_from is not None and self.resume_from_file is not None:
+            raise ValueError("give resume_from or resume_from_file, not both")
+        # a run that continues as new carries its prompt in its plan
+        resumed = self.resume_from is not None or self.resume_from_file is not None
+        if self.prompt is None and not resumed and self.continued is None:
+            raise ValueError("prompt is required (unless the run resumes from an export)")
+        if self.resume_from is not None:
+            try:
+                open_export(self.resume_from)
+            except ExportError as exc:
+                raise ValueError(f"resume_from is refused: {type(exc).__name__}: {exc}") from None
+        return self
+
+    def resume_payload(self) -> CheckpointPayload | None:
+        """The opened export this run resumes from, if any (validated when the input was)."""
+        return open_export(self.resume_from) if self.resume_from is not None else None
+
+
+class ExportRef(Frozen):
+    turn: int
+    content_digest: str
+
+
+class ExportFailure(Frozen):
+    turn: int
+    content_digest: str
+    reason: str
+
+
+class ApprovalDecision(Frozen):
+    """The ``approve`` update's input: a person's decision on one waiting call.
+
+    A decision belongs to one request: the call id, in the model step that
+    made the call, with those arguments. It is used once: a later call that
+    reuses the id (in the same step or a later one) waits for a decision of
+    its own. ``step`` and ``arguments_digest``, when given (the CLI always
+    gives them, from the request it showed), must be the waiting request's,
+    so a decision made on what a person saw cannot approve anything else.
+    """
+
+    call_id: str = Field(min_length=1)
+    approved: bool
+    reason: str | None = Field(None, max_length=2000)
+    step: int | None = Field(None, ge=0, description="The model step of the call decided on.")
+    arguments_digest: str | None = Field(
+        None, description="``sha256:`` digest of the canonical JSON of the call's arguments."
+    )
+
+
+class ApprovalAnswer(Frozen):
+    """What the ``approve`` update returns to the person who decided."""
+
+    call_id: str
+    tool: str
+    approved: bool
+
+
+class PendingApproval(Frozen):
+    """One call waiting for a person's decision, as ``approvals`` and the status query show it."""
+
+    call_id: str
+    tool: str
+    target: str | None = None
+    arguments: str
+    since_ms: int
+    timeout_seconds: float | None = None
+    # The model step that made the call, and the digest of its full arguments (``arguments``
+    # is a summary): what a decision is bound to.
+    step: int = 0
+    arguments_digest: str = ""
+
+
+class RunStatusView(Frozen):
+    """What the ``status`` query returns."""
+
+    session_id: str
+    run_id: str
+    status: str
+    model: str | None = None
+    turn: int = 0
+    tool_calls: int = 0
+    exports_delivered: int = 0
+    export_failures: int = 0
+    persistence_failures: int = 0
+    last_content_digest: str | None = None
+    cancel_requested: bool = False
+    pending_approvals: tuple[PendingApproval, ...] = ()
+    usage: TokenUsage = TokenUsage()
+    error: str | None = None
+
+
+class AgentRunResult(Frozen):
+    session_id: str
+    run_id: str
+    status: FinalStatus
+    text: str
+    error: str | None = None
+    tool_calls_count: int
+    usage: TokenUsage
+    exports: tuple[ExportRef, ...]
+    export_failures: tuple[ExportFailure, ...]
+    persistence_failures: tuple[str, ...] = ()
+
+
+class CarriedState(Frozen):
+    """What a run hands to its next execution when it continues as new.
+
+    A reference to the state it just saved and exported (``log``, ``seed``),
+    never the state itself, plus the run's own counters: the next execution
+    keeps the run id, the turn numbers, the event sequence and the export
+    series. ``events`` is the newest events only, for followers that lag.
+    """
+
+    plan: RunPlan
+    created_at_ms: int
+    turn: int
+    tool_rounds: int
+    usage: TokenUsage
+    events: tuple[EventRecord, ...]
+    exports: tuple[ExportRef, ...]
+    export_failures: tuple[ExportFailure, ...]
+    persistence_failures: tuple[str, ...]
+    executions: int  # how many times the run has continued as new, this one included
+    log: LogRef | None = None
+    seed: ExportSeed | None = None
+    event_count: int | None = None  # None: ``events`` is every event
+    pending_events: tuple[EventRecord, ...] = ()  # emitted after the last save
+    open_results: bool = False  # the last message holds tool results that more may join
+    due_calls: tuple[ToolUseBlock, ...] = ()  # the step's calls still to make
+    step_message: str | None = None  # the digest of their message, when its activity staged it
+    prior_run_ids: tuple[str, ...] = ()
+    # Carried whole by runs recorded before linear history; replayed, never written.
+    messages: tuple[Message, ...] = ()
+    prior_runs: tuple[RunRecord, ...] = ()
+
+
+AgentRunInput.model_rebuild()

@@ -1,0 +1,164 @@
+"""How ``AgentRun`` calls its activities, and how a cancel stops them.
+
+``CallRunner.run`` is the one way the workflow calls an activity: it takes the
+activity's declaration (``durable_agent.core.activity_api``), so mypy checks
+each call's input and result, and turns the declaration's options into
+Temporal's timeouts and retry policy. ``Cancellation`` is the run's cancel flag
+(the ``cancel`` signal, or a Temporal cancel request). The run's own failures
+(``RunCancelled``, ``RunFailed``) and the helpers that read an activity's
+failure live here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import TypeVar, cast
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from durable_agent.core.activity_api import ActivityDecl
+    from durable_agent.core.plan import Timeouts
+    from durable_agent.core.run_log import STATE_MISSING, LogRef
+
+InT = TypeVar("InT")
+OutT = TypeVar("OutT")
+
+TEMPORAL_CANCEL_REASON = "cancelled by a Temporal cancel request"
+
+
+class RunCancelled(Exception):
+    """The run was asked to stop (the ``cancel`` signal or a Temporal cancel request)."""
+
+
+class RunFailed(Exception):
+    """A run error: the run ends ``failed`` with this message, recorded on the run."""
+
+
+def now_ms() -> int:
+    return int(workflow.now().timestamp() * 1000)
+
+
+def failure_message(exc: BaseException) -> str:
+    """The innermost message of a Temporal failure chain: what actually went wrong."""
+    while isinstance(exc, ActivityError) and exc.cause is not None:
+        exc = exc.cause
+    # ``str()`` of a Temporal failure prefixes its type; the message alone reads better.
+    if isinstance(exc, FailureError) and exc.message:
+        return exc.message
+    return str(exc) or type(exc).__name__
+
+
+def failure_detail(exc: ActivityError) -> str | None:
+    """The first detail of the failure, where an activity put one (an export's digest)."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], str):
+        return cause.details[0]
+    return None
+
+
+def missing_state(exc: ActivityError) -> tuple[bool, LogRef | None]:
+    """Whether the activity did not find the run's log state, and what the store holds instead."""
+    cause = exc.cause
+    if not isinstance(cause, ApplicationError) or cause.type != STATE_MISSING:
+        return False, None
+    head = cause.details[0] if cause.details else None
+    return True, LogRef.model_validate(head) if head is not None else None
+
+
+class Cancellation:
+    """Whether the run was asked to stop, and why (the first reason given wins)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.reason: str | None = None
+
+    def request(self, reason: str) -> None:
+        if not self.requested:
+            self.requested = True
+            self.reason = reason
+
+    def check(self) -> None:
+        if self.requested:
+            raise RunCancelled()
+
+
+class CallRunner:
+    """Runs activities by their declarations; a ``cancel`` interrupts the cancellable ones."""
+
+    def __init__(self, cancellation: Cancellation) -> None:
+        self._cancellation = cancellation
+
+    async def run(
+        self,
+        decl: ActivityDecl[InT, OutT],
+        arg: InT,
+        *,
+        summary: str,
+        timeouts: Timeouts,
+        cancellable: bool = True,
+    ) -> OutT:
+        """Run ``decl`` with ``arg`` under the options ``timeouts`` give it.
+
+        ``cancellable``: the run's cancel stops the activity (Temporal waits for
+        it to acknowledge), and the cancel flag is checked after the activity
+        settles, whatever way it settles: an activity that completes normally
+        while its cancellation is pending must not swallow the cancel. Without,
+        the call is awaited plainly (the steps before the loop, and the run's
+        end, which must reach the store even for a cancelled run).
+        """
+        options = decl.options(timeouts)
+        start_to_close = timedelta(seconds=options.start_to_close_seconds)
+        heartbeat = (
+            timedelta(seconds=options.heartbeat_seconds) if options.heartbeat_seconds is not None else None
+        )
+        retry = RetryPolicy(
+            initial_interval=timedelta(seconds=options.initial_interval_seconds),
+            maximum_interval=(
+                timedelta(seconds=options.maximum_interval_seconds)
+                if options.maximum_interval_seconds is not None
+                else None
+            ),
+            maximum_attempts=options.maximum_attempts,
+        )
+        if not cancellable:
+            plain = await workflow.execute_activity(
+                decl.name,
+                arg,
+                result_type=decl.result_type,
+                start_to_close_timeout=start_to_close,
+                heartbeat_timeout=heartbeat,
+                retry_policy=retry,
+                summary=summary,
+            )
+            return cast(OutT, plain)
+        handle = workflow.start_activity(
+            decl.name,
+            arg,
+            result_type=decl.result_type,
+            start_to_close_timeout=start_to_close,
+            heartbeat_timeout=heartbeat,
+            retry_policy=retry,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=summary,
+        )
+        cancellation = self._cancellation
+        try:
+            await workflow.wait_condition(lambda: handle.done() or cancellation.requested)
+        except asyncio.CancelledError:
+            # A Temporal cancel request (UI, CLI) does not reach this activity by
+            # itself: treat it as the cancel signal, so the activity stops too.
+            cancellation.request(TEMPORAL_CANCEL_REASON)
+        if not handle.done():
+            handle.cancel()
+        try:
+            result = await handle
+        except (ActivityError, CancelledError, asyncio.CancelledError):
+            if cancellation.requested:
+                raise RunCancelled() from None
+            raise
+        cancellation.check()
+        return cast(OutT, result)

@@ -1,0 +1,55 @@
+"""The workflow's branch for runs started before linear history: they loaded their
+session's ended runs (``agent.load_session``) instead of opening a log in the store.
+Their histories replay through this branch, which the ``linear-history`` patch guards.
+(The state side, a ``CarriedState`` carried whole, is ``durable_agent.core.legacy``.)
+
+Delete this module once no run started before linear history can be running or
+replayed: when ``tests/histories/agent_run_v1.json``, ``agent_run_approval_v1.json``
+and ``agent_run_continued_v1*.json`` are dropped. Then ``starting.py`` calls
+``workflow.deprecate_patch(PATCH_LINEAR_HISTORY)`` where it calls
+``before_linear_history()`` (runs started since hold the patch's marker), and opens
+the log unconditionally.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from durable_agent.core.activity_api import LOAD_SESSION, LoadSessionInput
+    from durable_agent.core.export import LoopCheckpoint
+    from durable_agent.core.loop import LoopState
+    from durable_agent.core.plan import RunPlan
+
+from durable_agent.workflows.calls import CallRunner, failure_message, now_ms
+
+PATCH_LINEAR_HISTORY = "linear-history"
+
+
+def before_linear_history() -> bool:
+    """Whether this run started before linear history (a history without the patch's marker)."""
+    return not workflow.patched(PATCH_LINEAR_HISTORY)
+
+
+async def start_from_session(calls: CallRunner, plan: RunPlan, resume: LoopCheckpoint | None) -> LoopState:
+    """The state of a run that loads its session's ended runs; a store that cannot be read
+    costs the snapshot, not the run."""
+    failure: str | None = None
+    try:
+        runs = await calls.run(
+            LOAD_SESSION,
+            LoadSessionInput(session_id=plan.session_id, run_id=plan.run_id),
+            summary=f"load session {plan.session_id}",
+            timeouts=plan.timeouts,
+            cancellable=False,
+        )
+        prior_run_ids = tuple(r.snapshot.id for r in runs.records)
+    except ActivityError as exc:
+        prior_run_ids, failure = (), failure_message(exc)
+    state = LoopState(plan, now_ms(), resume=resume)
+    # nothing is in the log yet: this records the session's ended runs only
+    state.record_opened(prior_run_ids)
+    if failure:
+        state.record_persistence_failure("load", failure, now_ms())
+    return state

@@ -1,0 +1,210 @@
+"""The run's log keeper: what ``AgentRun`` saves, exports and restores, and how the run ends
+in the store.
+
+At each tool boundary the workflow appends what is new to the run's log in the
+session store, has the export built from it and acknowledged, and, where an
+activity finds the store without the state it was sent to read, sends the
+missing entries again from its own history (``durable_agent.core.run_log``).
+A store that fails costs a recorded failure, not the run: a later save sends
+what the store lacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import NoReturn, TypeVar
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from durable_agent.core.activity_api import (
+        EXPORT_CHECKPOINT,
+        FINISH_RUN,
+        OPEN_RUN,
+        SAVE_CHECKPOINT,
+        ExportInput,
+        OpenRunInput,
+        SaveCheckpointInput,
+    )
+    from durable_agent.core.canonical import canonical_bytes
+    from durable_agent.core.loop import LoopState
+    from durable_agent.core.models import ErrorEvent
+    from durable_agent.core.run_log import STATE_LOST, LogEntry, LogRef
+
+from durable_agent.workflows.calls import (
+    CallRunner,
+    RunCancelled,
+    RunFailed,
+    failure_detail,
+    failure_message,
+    missing_state,
+    now_ms,
+)
+from durable_agent.workflows.presence import Presence
+
+T = TypeVar("T")
+
+# A restore sends a run's entries in batches of about this many bytes (a payload may hold 2 MB).
+RESTORE_BATCH_BYTES = 1_000_000
+
+
+def batches(entries: list[LogEntry], limit: int = RESTORE_BATCH_BYTES) -> list[list[LogEntry]]:
+    """``entries`` in order, cut into runs of about ``limit`` bytes (at least one entry each)."""
+    out: list[list[LogEntry]] = [[]]
+    size = 0
+    for entry in entries:
+        n = len(canonical_bytes(entry))
+        if out[-1] and size + n > limit:
+            out.append([])
+            size = 0
+        out[-1].append(entry)
+        size += n
+    return out
+
+
+def lost(state: LoopState, message: str) -> NoReturn:
+    """The run's state is gone for good: the run cannot go on."""
+    state.emit(ErrorEvent(message=message), now_ms())
+    raise RunFailed(message)
+
+
+class LogKeeper:
+    """Opening, saving, exporting, restoring and finishing the run's log."""
+
+    def __init__(self, calls: CallRunner, presence: Presence) -> None:
+        self._calls = calls
+        self._presence = presence
+
+    async def open(self, state: LoopState) -> None:
+        """Write the run's header and first log entry; the store names the session's ended runs."""
+        seed = state.take_entry()
+        assert seed is not None
+        try:
+            opened = await self._calls.run(
+                OPEN_RUN,
+                OpenRunInput(
+                    header=state.header(),
+                    seed=seed,
+                    # a run resumed from a file: the store gets its conversation from there
+                    resumed=state.seed_export if state.stored.version < state.seed.version else None,
+                ),
+                summary=f"open run log in session {state.plan.session_id}",
+                timeouts=state.plan.timeouts,
+            )
+        except ActivityError as exc:
+            # the first save sends the log again, from its start
+            state.record_persistence_failure("save", f"open run: {failure_message(exc)}", now_ms())
+            return
+        state.record_opened(opened.prior_run_ids)
+
+    async def boundary(self, state: LoopState) -> None:
+        """Save what is new to the run's log, then wait for the sink to acknowledge the export."""
+        plan, turn = state.plan, state.turn
+        state.take_entry()
+        await self.save(state)
+        self._presence.details(f"exporting turn {turn}")
+        sent = state.head
+        export = ExportInput(sink=plan.export_sink, log=sent, facts=state.export_facts(now_ms()))
+        try:
+            descriptor = await self.reading_log(
+                state,
+                lambda: self._calls.run(
+                    EXPORT_CHECKPOINT, export, summary=f"export turn {turn}", timeouts=plan.timeouts
+                ),
+            )
+        except ActivityError as exc:
+            state.record_export_failure(turn, failure_detail(exc) or "", failure_message(exc), now_ms())
+            return
+        state.record_export(descriptor, plan.export_sink, sent, now_ms())
+
+    async def save(self, state: LoopState) -> None:
+        """Send the store the entries it lacks; what an activity staged goes by its digest."""
+        entries = state.unstored()
+        if not entries:
+            return
+        newest, staged = entries[-1].delta.staged(state.staged_ids, state.staged_messages)
+        wire = (*entries[:-1], entries[-1].model_copy(update={"delta": newest}))
+        try:
+            await self._calls.run(
+                SAVE_CHECKPOINT,
+                SaveCheckpointInput(run_id=state.plan.run_id, entries=wire, staged=staged),
+                summary=f"save checkpoint turn {state.turn}",
+                timeouts=state.plan.timeouts,
+            )
+        except ActivityError as exc:
+            missing, head = missing_state(exc)
+            if not missing:
+                state.record_persistence_failure("save", failure_message(exc), now_ms())
+            else:
+                await self.restore(state, head)
+            return
+        state.mark_stored()
+
+    async def restore(self, state: LoopState, head: LogRef | None) -> bool:
+        """Bring a store that lacks part of the run's log up to date, from this execution's history.
+
+        ``False`` when the store failed (recorded; a later step tries again);
+        ``RunFailed`` when the state is gone for good: the run cannot go on.
+        """
+        entries = state.entries_after(head)
+        seed = None
+        if entries is None:  # it lacks even the state this execution started from
+            seed = state.seed_export
+            entries = list(state.journal)
+            if seed is None:
+                lost(
+                    state,
+                    f"run {state.plan.run_id}: its state before log version {state.seed.version} is in "
+                    "neither the session store nor an export it could be read from",
+                )
+        self._presence.details(f"restoring the run's log in the store ({len(entries)} entries)")
+        try:
+            for index, batch in enumerate(batches(entries)):
+                await self._calls.run(
+                    SAVE_CHECKPOINT,
+                    SaveCheckpointInput(
+                        run_id=state.plan.run_id,
+                        entries=tuple(batch),
+                        header=state.header() if index == 0 else None,
+                        seed=seed if index == 0 else None,
+                    ),
+                    summary=f"restore run log up to version {state.head.version}",
+                    timeouts=state.plan.timeouts,
+                )
+        except ActivityError as exc:
+            if isinstance(exc.cause, ApplicationError) and exc.cause.type == STATE_LOST:
+                lost(state, failure_message(exc))
+            state.record_persistence_failure("save", f"restore: {failure_message(exc)}", now_ms())
+            return False
+        state.mark_stored()
+        return True
+
+    async def reading_log(self, state: LoopState, call: Callable[[], Awaitable[T]]) -> T:
+        """Run an activity that reads the run's log; restore the log once should the store lack it."""
+        try:
+            return await call()
+        except ActivityError as exc:
+            missing, head = missing_state(exc)
+            if not missing or not await self.restore(state, head):
+                raise
+        return await call()
+
+    async def finish(self, state: LoopState) -> None:
+        """Keep the ended run in its session and drop its log from the store."""
+        try:
+            await self.reading_log(
+                state,
+                lambda: self._calls.run(
+                    FINISH_RUN,
+                    state.finish_input(),
+                    summary=f"finish run ({state.status}): drop its log",
+                    timeouts=state.plan.timeouts,
+                    # the run's end reaches the store even when a cancel ended the run
+                    cancellable=False,
+                ),
+            )
+        except (ActivityError, RunFailed, RunCancelled) as exc:
+            # a restore of a lost store, which a cancel stops, is the one way a cancel gets here
+            reason = failure_message(exc) if isinstance(exc, ActivityError) else str(exc) or "cancelled"
+            state.record_finish_failure(reason)

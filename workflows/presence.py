@@ -1,0 +1,64 @@
+"""How an ``AgentRun`` shows itself outside: the UI's current details, the search
+attributes ``AgentSessionId`` and ``AgentRunStatus`` (which ``durable-agent runs`` and
+``approvals`` list runs by), and the state its queries read, from the moment it exists
+(before the run's log is opened).
+
+The details are not commands; each search attribute upsert is one, in the order
+recorded histories hold them, so where the workflow calls these matters.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+
+with workflow.unsafe.imports_passed_through():
+    from durable_agent.core.loop import LoopState
+    from durable_agent.core.run_api import SA_RUN_STATUS, SA_SESSION_ID
+
+from durable_agent.workflows.calls import Cancellation
+
+SESSION_ID_KEY = SearchAttributeKey.for_keyword(SA_SESSION_ID)
+RUN_STATUS_KEY = SearchAttributeKey.for_keyword(SA_RUN_STATUS)
+
+EXECUTING = "executing"
+AWAITING_APPROVAL = "awaiting_approval"
+
+
+class Presence:
+    """The run's current details and search attributes, and its state once it has one."""
+
+    def __init__(self, cancellation: Cancellation) -> None:
+        self._cancellation = cancellation
+        self.state: LoopState | None = None
+
+    def attach(self, state: LoopState) -> None:
+        """From now on the queries read ``state``, and the details show its counters and prompt."""
+        self.state = state
+
+    def started(self, session_id: str) -> None:
+        """A run (or an execution it continued as new into) is under way in ``session_id``."""
+        workflow.upsert_search_attributes(
+            [SESSION_ID_KEY.value_set(session_id), RUN_STATUS_KEY.value_set(EXECUTING)]
+        )
+
+    def status(self, status: str) -> None:
+        """The run's status as search lists it: executing, awaiting_approval, or how it ended."""
+        workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set(status)])
+
+    def details(self, line: str) -> None:
+        """The UI's current details: what the run is doing now, and its counters."""
+        state = self.state
+        prompt = (state.plan.prompt if state else "")[:200]
+        head, _, rest = line.partition("\n\n")
+        parts = [head if head.startswith("**") else f"**{head}**", *([rest] if rest else [])]
+        if state is not None:
+            view = state.status_view(self._cancellation.requested)
+            parts.append(
+                f"status: {view.status} · turn {view.turn} · tool calls {view.tool_calls} · "
+                f"exports {view.exports_delivered} (failed {view.export_failures})"
+            )
+            if view.last_content_digest:
+                parts.append(f"last export: `{view.last_content_digest}`")
+            parts.append(f"prompt: {prompt}")
+        workflow.set_current_details("\n\n".join(parts))

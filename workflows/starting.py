@@ -1,0 +1,224 @@
+"""How an ``AgentRun`` starts and goes on: a new run, one resumed from an export (in the
+input or in a file on the worker), one continued as new (from its ``CarriedState``);
+refusing bad input (``InvalidRunInput``); and when to continue as new, or stop, as the
+history grows.
+
+The prompt comes from the input (or the export resumed from) and goes into the plan
+here, once: the resolve activity never sees it, and the plan carries it across
+continue-as-new.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from durable_agent.core.activity_api import (
+        READ_RESUME,
+        RESOLVE_RUN,
+        ResolveInput,
+        ResumeFileInput,
+        ResumePoint,
+    )
+    from durable_agent.core.errors import validation_message
+    from durable_agent.core.export import (
+        CapabilityBinding,
+        CheckpointPayload,
+        ResumedFrom,
+        binding_differences,
+    )
+    from durable_agent.core.loop import LoopState
+    from durable_agent.core.models import ErrorEvent
+    from durable_agent.core.plan import RunPlan, Timeouts
+    from durable_agent.core.run_api import AgentRunInput, CarriedState
+
+from durable_agent.workflows import legacy
+from durable_agent.workflows.calls import CallRunner, Cancellation, RunFailed, failure_message, now_ms
+from durable_agent.workflows.log_keeper import LogKeeper
+from durable_agent.workflows.presence import Presence
+
+# Before the plan exists the worker's timeouts are not known: the activities that make it
+# (resolve, read an export file) have fixed options, whatever timeouts they are given.
+BEFORE_PLAN = Timeouts()
+
+
+class Starter:
+    """Starts the run, continues it as new, and knows who it is before its state exists."""
+
+    def __init__(
+        self, calls: CallRunner, presence: Presence, log: LogKeeper, cancellation: Cancellation
+    ) -> None:
+        self._calls = calls
+        self._presence = presence
+        self._log = log
+        self._cancellation = cancellation
+        self._input: AgentRunInput | None = None
+        self.session_id = ""
+        self.run_id = ""
+        self.executions = 0  # times this run has continued as new before this execution
+        # what the status query says before the run's state exists
+        self.pre_status = "created"
+        self.pre_error: str | None = None
+
+    def accept(self, raw: dict[str, Any]) -> AgentRunInput:
+        """The run's input, or the run refused."""
+        try:
+            self._input = AgentRunInput.model_validate(raw)
+        except ValidationError as exc:
+            self.refuse(f"invalid AgentRun input: {validation_message(exc)}")
+        return self._input
+
+    # --- a new run ------------------------------------------------------------
+
+    async def start(self, run_input: AgentRunInput) -> LoopState:
+        """A new run: resolve it against the worker's config, set up its state, open its log."""
+        info = workflow.info()
+        self.session_id = run_input.session_id or info.workflow_id
+        self.run_id = info.first_execution_run_id
+        self._presence.started(self.session_id)
+        self._presence.details("resolving the run against the worker config")
+        resume = run_input.resume_payload()
+        point = await self._read_resume(run_input.resume_from_file) if run_input.resume_from_file else None
+        plan = await self._resolve(run_input, resume, point)
+        binding = (
+            resume.logical_resume.capability_binding
+            if resume is not None
+            else (point.capability_binding if point is not None else None)
+        )
+        if binding is not None and not run_input.force_resume:
+            self._check_binding(binding, plan)
+        logical = resume.logical_resume if resume is not None else None
+        if legacy.before_linear_history():
+            state = await legacy.start_from_session(self._calls, plan, logical)
+            self._presence.attach(state)
+            return state
+        state = LoopState(plan, now_ms(), resume=logical, point=point)
+        self._presence.attach(state)
+        await self._log.open(state)
+        return state
+
+    async def _read_resume(self, path: str) -> ResumePoint:
+        """Validate the export file on the worker; its conversation stays there until the run opens."""
+        self._presence.details(f"reading the export to resume from: `{path}`")
+        try:
+            return await self._calls.run(
+                READ_RESUME,
+                ResumeFileInput(path=path, run_id=self.run_id),
+                summary=f"read export {path}",
+                timeouts=BEFORE_PLAN,
+                cancellable=False,
+            )
+        except ActivityError as exc:
+            self.refuse(failure_message(exc))
+
+    async def _resolve(
+        self, run_input: AgentRunInput, resume: CheckpointPayload | None, point: ResumePoint | None
+    ) -> RunPlan:
+        """The plan: the run's settings resolved by the worker, and the prompt, set here."""
+        facts: dict[str, Any] = {}
+        prompt = run_input.prompt
+        if point is not None:
+            facts = {
+                "resumed_from": point.resumed_from,
+                "resume_permissions": point.capability_binding.permissions,
+            }
+            prompt = prompt or point.prompt
+        if resume is not None:
+            logical, source = resume.logical_resume, resume.source_run().snapshot
+            facts = {
+                "resumed_from": ResumedFrom(
+                    session_id=logical.session_id,
+                    run_id=logical.run_id,
+                    turn=logical.turn,
+                    content_digest=run_input.resume_from.descriptor.content_digest,  # type: ignore[union-attr]
+                ),
+                "resume_permissions": logical.capability_binding.permissions,
+            }
+            prompt = prompt or source.prompt
+        try:
+            plan = await self._calls.run(
+                RESOLVE_RUN,
+                ResolveInput(
+                    settings=run_input.settings(), session_id=self.session_id, run_id=self.run_id, **facts
+                ),
+                summary="resolve run against worker config",
+                timeouts=BEFORE_PLAN,
+                cancellable=False,
+            )
+        except ActivityError as exc:
+            self.refuse(failure_message(exc))
+        return plan.model_copy(update={"prompt": prompt or ""})
+
+    def _check_binding(self, binding: CapabilityBinding, plan: RunPlan) -> None:
+        """Refuse to resume where this worker's tools or permissions are not the checkpoint's."""
+        differences = binding_differences(binding, plan.capability_binding)
+        if differences:
+            self.refuse(
+                "the checkpoint's capability binding differs from this worker's: "
+                + "; ".join(differences)
+                + " (resume with force_resume to go on anyway)"
+            )
+
+    def refuse(self, message: str) -> NoReturn:
+        """A usage error: the workflow fails at once, before any model call, with ``message``."""
+        self.pre_status, self.pre_error = "failed", message
+        self._presence.status("failed")
+        raise ApplicationError(message, type="InvalidRunInput", non_retryable=True)
+
+    # --- continuing as new ----------------------------------------------------
+
+    def continued(self, carried: CarriedState) -> LoopState:
+        """The same run, in the execution it continued as new into."""
+        self.session_id, self.run_id = carried.plan.session_id, carried.plan.run_id
+        self.executions = carried.executions
+        self._presence.started(self.session_id)
+        state = LoopState.restore(carried)
+        self._presence.attach(state)
+        self._presence.details(
+            f"continued as new (execution {carried.executions + 1}) at turn {carried.turn}"
+        )
+        return state
+
+    def should_continue_as_new(self, state: LoopState) -> bool:
+        info, plan = workflow.info(), state.plan
+        # the next execution starts from a reference to the store's copy: it must hold everything
+        return state.can_carry() and (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() > plan.limits.continue_as_new_events
+            or info.get_current_history_size() > plan.limits.continue_as_new_bytes
+        )
+
+    async def continue_as_new(self, state: LoopState) -> NoReturn:
+        """Go on in a fresh history, seeded from the checkpoint just exported."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._cancellation.check()  # a cancel that came meanwhile ends the run here instead
+        carried = state.carry(self.executions + 1)
+        assert self._input is not None
+        next_input = self._input.model_copy(
+            update={
+                "resume_from": None,
+                "resume_from_file": None,
+                "prompt": None,  # the plan carries it
+                "continued": carried,
+            }
+        )
+        workflow.continue_as_new(next_input.model_dump(mode="json", exclude_none=True))
+
+    def check_history(self, state: LoopState) -> None:
+        """Stop cleanly before Temporal's history limits would terminate the run."""
+        limits = state.plan.limits
+        info = workflow.info()
+        size, length = info.get_current_history_size(), info.get_current_history_length()
+        if size > limits.max_history_bytes or length > limits.max_history_events:
+            message = (
+                f"the run's history holds {length} events, {size} bytes, past limits "
+                f"(max_history_events={limits.max_history_events}, "
+                f"max_history_bytes={limits.max_history_bytes}), so the run stops here"
+            )
+            state.emit(ErrorEvent(message=message), now_ms())
+            raise RunFailed(message)
