@@ -5,6 +5,7 @@ the activities, each in a module named for what it does:
 
 - ``planner`` (``activities/plan.py``): ``agent.resolve_run``;
 - ``model_calls`` (``activities/model_call.py``): the model step;
+- ``compactions`` (``activities/compaction.py``): ``agent.compact``, a summary of older turns;
 - ``tool_calls`` (``activities/tool_call.py``): ``agent.tool_call``;
 - ``run_logs`` (``activities/run_log.py``): ``agent.open_run``, ``agent.read_resume``
   and the current save, export and finish steps;
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from durable_agent.activities.compaction import Compactions
 from durable_agent.activities.legacy import LegacyInputs
 from durable_agent.activities.model_call import ModelCalls
 from durable_agent.activities.plan import RunPlanner
@@ -65,11 +67,13 @@ class AgentActivities:
         self.tool_calls = ToolCalls(self.tools, self.store, self.redact)
         self.run_logs = RunLogs(self.store, self.states, self.sinks)
         self.legacy = LegacyInputs(self.model_calls, self.run_logs)
+        self.compactions = Compactions(self.model_calls)
         # every activity, as registered with Temporal
         self.resolve_run = self.planner.resolve_run
         self.read_resume = self.run_logs.read_resume
         self.open_run = self.run_logs.open_run
         self.model_call = self.legacy.model_call
+        self.compact = self.compactions.compact
         self.tool_call = self.tool_calls.tool_call
         self.save_checkpoint = self.legacy.save_checkpoint
         self.export_checkpoint = self.legacy.export_checkpoint
@@ -90,6 +94,7 @@ class AgentActivities:
             self.read_resume,
             self.open_run,
             self.model_call,
+            self.compact,
             self.tool_call,
             self.save_checkpoint,
             self.export_checkpoint,

@@ -21,9 +21,10 @@ from durable_agent.activities.store.cache import RunStates
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
 from durable_agent.core.activity_api import ModelCallInput, ModelStepInput
 from durable_agent.core.canonical import canonical_bytes
+from durable_agent.core.context import last_view, model_messages
 from durable_agent.core.json_limits import TOOL_ARGUMENTS_MAX_DEPTH, JsonLimitError, check_value
-from durable_agent.core.models import LiveText, Message, ModelResponse
-from durable_agent.core.run_log import StateMissing
+from durable_agent.core.models import ContextView, LiveText, Message, ModelResponse
+from durable_agent.core.run_log import LogDelta, LogRef, StateMissing
 
 # The longest model answer (its message as canonical JSON) a step keeps. Temporal refuses a
 # workflow task's payloads past 2 MiB, and the run's end carries a final answer's text twice (its
@@ -35,6 +36,20 @@ MODEL_ANSWER_MAX_BYTES = 960 * 1024
 # from the step's durable ``text_delta`` event.
 LIVE_TEXT_MAX_CHARS = 256 * 1024
 MODEL_ANSWER_TOO_LARGE = "ModelAnswerTooLarge"
+# The request is larger than the model's context window: the workflow compacts and asks again.
+CONTEXT_OVERFLOW = "ContextOverflow"
+
+
+def provider_failure(exc: ProviderError, redact: Redactor) -> ApplicationError:
+    """A provider's failure as the activity's: a context overflow is never retried as it stands."""
+    if getattr(exc, "context_overflow", False):
+        return ApplicationError(redact(str(exc)), type=CONTEXT_OVERFLOW, non_retryable=True)
+    return ApplicationError(
+        redact(str(exc)),
+        type="ProviderError",
+        non_retryable=not exc.retryable,
+        next_retry_delay=exc.retry_after,
+    )
 
 
 class ModelCalls:
@@ -62,6 +77,10 @@ class ModelCalls:
         provider, model = self._provider(call.model)
         return await self._answer(provider, model, call)
 
+    def provider(self, qualified: str) -> tuple[ModelProvider, str]:
+        """The provider and model name of ``"provider/model"``."""
+        return self._provider(qualified)
+
     def _provider(self, qualified: str) -> tuple[ModelProvider, str]:
         provider_name, _, model = qualified.partition("/")
         provider = self.providers.get(provider_name)
@@ -70,18 +89,31 @@ class ModelCalls:
         return provider, model
 
     async def _conversation(self, inp: ModelStepInput) -> ModelCallInput:
+        """The request: the transcript (log and pending) as the newest context view shows it."""
+        call, view = await self.transcript(inp.run_id, inp.model, inp.log, inp.pending)
+        steps = sum(1 for m in call.messages if m.role == "assistant")
+        return call.model_copy(update={"messages": tuple(model_messages(call.messages, view)), "step": steps})
+
+    async def transcript(
+        self, run_id: str, model: str, log: LogRef, pending: LogDelta
+    ) -> tuple[ModelCallInput, ContextView | None]:
+        """The whole transcript, and the newest view (the last ``context_compacted`` event of
+        the log and the pending events; ``None``: the model sees it all)."""
         try:
-            header = await self.states.header(inp.run_id)
-            conversation = (await self.states.read(inp.log)).with_pending(inp.pending)
+            header = await self.states.header(run_id)
+            run_log = await self.states.read(log)
+            conversation = run_log.with_pending(pending)
         except StateMissing as exc:
             raise state_missing(exc) from None
-        return ModelCallInput(
-            run_id=inp.run_id,
-            model=inp.model,
+        view = last_view(pending.events) or last_view(run_log.events)
+        call = ModelCallInput(
+            run_id=run_id,
+            model=model,
             system_prompt=header.system_prompt,
             messages=tuple(conversation),
             tools=header.tools,
         )
+        return call, view
 
     async def _answer(self, provider: ModelProvider, model: str, call: ModelCallInput) -> ModelResponse:
         attempt = activity.info().attempt
@@ -92,12 +124,8 @@ class ModelCalls:
                 details=lambda: LiveText(attempt=attempt, text=self._live_text(text)),
             )
         except ProviderError as exc:
-            raise ApplicationError(
-                self.redact(str(exc)),
-                type="ProviderError",
-                non_retryable=not exc.retryable,
-                next_retry_delay=exc.retry_after,
-            ) from None  # its cause's text would reach the history unredacted
+            # its cause's text would reach the history unredacted
+            raise provider_failure(exc, self.redact) from None
         for use in response.message.tool_uses():
             # a host's own provider may not bound what it parses: deep input stops here, once
             try:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from temporalio import activity
 
+from durable_agent.activities.compaction import context_policy
 from durable_agent.activities.providers.base import ModelProvider
 from durable_agent.activities.sinks import ExportSink
 from durable_agent.activities.support import usage_error
 from durable_agent.activities.tools.base import Tool
-from durable_agent.config import AgentConfig
+from durable_agent.config import AgentConfig, model_prices
 from durable_agent.core.activity_api import RESOLVE_RUN, ResolveInput
 from durable_agent.core.plan import RunPlan
+from durable_agent.core.run_api import RunSettings
 from durable_agent.core.tool_specs import capability_binding, offered_tools
 
 
@@ -54,6 +57,7 @@ class RunPlanner:
             known = ", ".join(sorted(self.sinks)) or "none"
             raise usage_error(f"export sink {sink!r} is not configured (configured: {known})")
         permissions = run.permissions or inp.resume_permissions or config.permissions
+        budgets = self._budgets(run, model)
         offers = tuple(t.offer() for t in offered_tools((t.spec for t in self.tools.values()), permissions))
         return RunPlan(
             session_id=inp.session_id,
@@ -70,6 +74,29 @@ class RunPlanner:
             max_tool_rounds=run.max_tool_rounds or config.max_tool_rounds,
             approval_timeout_seconds=run.approval_timeout_seconds or config.approval_timeout_seconds,
             resumed_from=inp.resumed_from,
+            **budgets,
             timeouts=config.timeouts,
             limits=config.limits,
+            context=context_policy(config, model),
         )
+
+    def _budgets(self, run: RunSettings, model: str) -> dict[str, Any]:
+        """The run's idle timeout, budgets and the model's prices; a cost budget needs prices."""
+        config = self.config
+        provider_name, _, name = model.partition("/")
+        provider = config.providers.get(provider_name)
+        inp, out = model_prices(provider, name) if provider is not None else (None, None)
+        max_cost = run.max_cost_usd or config.budgets.max_cost_usd
+        if max_cost is not None and (inp is None or out is None):
+            raise usage_error(
+                f"max_cost_usd is set but model {model!r} has no prices: set input_usd_per_mtok and "
+                f"output_usd_per_mtok on [providers.{provider_name}] or "
+                f'[providers.{provider_name}.models."{name}"]'
+            )
+        return {
+            "idle_timeout_seconds": run.idle_timeout_seconds or config.conversation.idle_timeout_seconds,
+            "max_total_tokens": run.max_total_tokens or config.budgets.max_total_tokens,
+            "max_cost_usd": max_cost,
+            "input_usd_per_mtok": inp,
+            "output_usd_per_mtok": out,
+        }

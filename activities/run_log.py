@@ -32,6 +32,7 @@ from durable_agent.core.activity_api import (
     RunOpened,
     SaveCheckpointInput,
 )
+from durable_agent.core.context import ContextLedger
 from durable_agent.core.export import (
     ExportDescriptor,
     ExportError,
@@ -174,6 +175,8 @@ class RunLogs:
             usage=logical.total_usage,
             due_calls=tuple(unanswered_calls(list(logical.messages))),
             open_results=ends_in_results(list(logical.messages)),
+            # the same ledger and view the source run had, so the next request is the same
+            context=ContextLedger.seeded(logical.messages, payload.source_run().events),
         )
 
     async def finish_run(self, inp: FinishRunInput) -> None:

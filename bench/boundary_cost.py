@@ -5,12 +5,17 @@ Run it from the repository root:
     python bench/boundary_cost.py                      # N = 10 50 200 1000, 20 KB tool outputs
     python bench/boundary_cost.py --boundaries 10 50   # a quick look
     python bench/boundary_cost.py --boundaries 10 50 --naive-max 50 --json
+    python bench/boundary_cost.py --boundaries 200 --window 128000   # the tokens a run sends
 
 It starts its own Temporal dev server (``temporal server start-dev``, in
 memory, log level ``warn``, its log in a file it scans) unless
 ``TEMPORAL_ADDRESS`` is set, then runs in-process workers. For each N, two
 runs of the same scripted conversation, N ``read`` calls of one 20,000-byte
-file (``--file-bytes``), one call a step, then an answer:
+file (``--file-bytes``), one call a step, then an answer. The model
+(``bench/tokens.py``) counts every request as the test wire servers do and
+refuses one over its context window (``--window``, 128,000 tokens; 0: none)
+with OpenAI's own overflow answer; ours knows the window
+(``context_window`` of its provider) and manages its context:
 
 * ours: an ``AgentRun`` (``start_run``). Each boundary's checkpoint export goes
   to a sink of the bench's own (``bench/sink.py``) that checks its digest and
@@ -19,7 +24,9 @@ file (``--file-bytes``), one call a step, then an answer:
 * naive: ``NaiveAgentRun`` (``bench/naive.py``), which keeps the conversation
   in the workflow and sends all of it with every model call. Its history
   passes the server's 50 MB limit near 70 boundaries and the server terminates
-  it; after that N, and above ``--naive-max``, it is not run again (``—``).
+  it; with a window, its requests pass the window long before (near 21
+  boundaries for 128,000 tokens) and the model refuses them. After the N where
+  it failed, and above ``--naive-max``, it is not run again (``—``).
 
 Columns, per N and design (``/b`` = divided by the boundaries the run completed):
 
@@ -35,6 +42,13 @@ Columns, per N and design (``/b`` = divided by the boundaries the run completed)
   mutable state) or ``Blob data size exceeds`` (one payload over 512 KB); the
   server throttles these lines, so a count of lines, not of events
   (``bench/runs.py`` has the messages). The goal: none for ours;
+* ``tok sent``: prompt tokens sent to the model over the run, summed over its
+  requests (summaries included) by the model's count; ``max req``: the largest
+  request, its prompt and the ``max_tokens`` it asks room for (never over the
+  window for ours);
+* ``cmp%``: ours, the share of model steps whose request needed a compaction
+  first (``context_compacted`` events before its ``model_usage``, up to the
+  last boundary, from the last export's event log);
 * ``outcome``: ``ok``, or how the run ended, at which boundary (details below the table).
 
 ``--json`` adds one line per N and design with every figure (export count and
@@ -69,13 +83,21 @@ from temporalio.worker import Worker
 from bench.naive import NAIVE_MODEL, NAIVE_WORKFLOW, NaiveAgentRun, NaiveInput, NaiveModel
 from bench.runs import CoreLog, completed_calls, ending, fetch_chain, last_model_input, scan_warnings, settle
 from bench.sink import DigestSink
+from bench.tokens import ReaderModel, Tally
 from durable_agent.activities import AgentActivities
 from durable_agent.client import connect, ensure_search_attributes, exit_process, start_run
 from durable_agent.config import parse_config
 from durable_agent.core.activity_api import TOOL_CALL
 from durable_agent.core.canonical import canonical_bytes
-from durable_agent.core.export import ExportError
-from durable_agent.core.models import Message, ToolDefinition, ToolResultBlock
+from durable_agent.core.context import DEFAULT_RESERVE
+from durable_agent.core.export import ExportError, RunRecord
+from durable_agent.core.models import (
+    ContextCompactedEvent,
+    Message,
+    ModelUsageEvent,
+    ToolDefinition,
+    ToolResultBlock,
+)
 from durable_agent.core.run_api import AgentRunInput
 from durable_agent.core.tool_specs import offered_tools
 from durable_agent.devserver import start_dev_server, stop_dev_server
@@ -100,10 +122,10 @@ def make_file(path: Path, size: int) -> None:
     path.write_text("".join(lines)[: size - 1] + "\n")
 
 
-def write_script(tmp: Path, n: int) -> Path:
-    calls = [{"tool_calls": [{"name": "read", "input": {"file_path": "data.txt"}}]} for _ in range(n)]
-    script = tmp / f"script-{n}.json"
-    script.write_text(json.dumps({"responses": [*calls, {"text": f"read data.txt {n} times"}]}))
+def write_script(tmp: Path) -> Path:
+    """A script for the config's entry; ``ReaderModel`` answers in its place."""
+    script = tmp / "script.json"
+    script.write_text(json.dumps({"responses": [{"text": "unused: ReaderModel answers"}]}))
     return script
 
 
@@ -122,6 +144,7 @@ class Bench:
     naive_queue: str
     system_prompt: str
     tools: tuple[ToolDefinition, ...]
+    model: ReaderModel
 
 
 # --- one run ------------------------------------------------------------------
@@ -132,6 +155,36 @@ def conversation_size(messages: tuple[Message, ...]) -> tuple[int, int]:
     outputs = [b.content for m in messages for b in m.content if isinstance(b, ToolResultBlock)]
     size = len(canonical_bytes([m.model_dump(mode="json") for m in messages]))
     return size, len(outputs[-1]) if outputs else 0
+
+
+def token_figures(tally: Tally, record: RunRecord | None) -> dict[str, Any]:
+    """What the run sent the model; with ours' event log, how many steps needed a compaction."""
+    row: dict[str, Any] = {
+        "model_requests": len(tally.requests),
+        "summary_requests": tally.summaries,
+        "tokens_sent": tally.sent,
+        "largest_request": tally.largest,
+        "refused_requests": len(tally.refused),
+        "refused_tokens": tally.refused[0] if tally.refused else None,
+    }
+    if record is not None:
+        steps = compacted = compactions = 0
+        pending = False
+        for item in record.events:
+            if isinstance(item.event, ContextCompactedEvent):
+                compactions += 1
+                pending = True
+            elif isinstance(item.event, ModelUsageEvent):
+                steps += 1
+                compacted += pending
+                pending = False
+        row |= {
+            "compactions": compactions,
+            "steps_counted": steps,
+            "compacted_steps": compacted,
+            "compaction_share_pct": round(100 * compacted / steps, 1) if steps else None,
+        }
+    return row
 
 
 def figures(
@@ -163,7 +216,7 @@ async def measure_ours(b: Bench, n: int) -> dict[str, Any]:
     run = AgentRunInput(
         prompt=f"read data.txt {n} times",
         workspace=str(b.workspace),
-        model=f"n{n}/bench",
+        model=f"reader/n{n}",
         max_tool_rounds=n + 1,
     )
     workflow_id = f"bench-ours-{n}-{uuid.uuid4().hex[:8]}"
@@ -179,8 +232,11 @@ async def measure_ours(b: Bench, n: int) -> dict[str, Any]:
         problem = ending(histories[0])
     first_run = histories[-1].events[0].workflow_execution_started_event_attributes.first_execution_run_id
     exports = b.sink.take(first_run)
+    record: RunRecord | None = None
     try:  # opening re-validates the whole export: a while for 20 MB, once a run
-        messages = exports.last.open().logical_resume.messages if exports.last else ()
+        payload = exports.last.open() if exports.last else None
+        messages = payload.logical_resume.messages if payload else ()
+        record = payload.source_run() if payload else None
     except ExportError as exc:
         print(f"N={n}: the last export does not open: {exc}", file=sys.stderr)
         messages = ()
@@ -188,6 +244,7 @@ async def measure_ours(b: Bench, n: int) -> dict[str, Any]:
     row = figures(n, histories, done, wall, messages)
     return {
         **row,
+        **token_figures(b.model.take(), record),
         "window": (window, window + wall),
         "design": "ours",
         "outcome": problem or "ok",
@@ -200,7 +257,7 @@ async def measure_naive(b: Bench, n: int) -> dict[str, Any]:
     inp = NaiveInput(
         prompt=f"read data.txt {n} times",
         workspace=str(b.workspace),
-        model=f"n{n}/bench",
+        model=f"reader/n{n}",
         system_prompt=b.system_prompt,
         tools=b.tools,
         max_steps=n + 1,
@@ -216,7 +273,8 @@ async def measure_naive(b: Bench, n: int) -> dict[str, Any]:
     done = completed_calls(histories, TOOL_CALL.name)
     row = figures(n, histories, done, wall, last_model_input(histories, NAIVE_MODEL))
     outcome = "ok" if problem is None else ending(histories[0])
-    return {**row, "window": (window, window + wall), "design": "naive", "outcome": outcome}
+    tokens = token_figures(b.model.take(), None)
+    return {**row, **tokens, "window": (window, window + wall), "design": "naive", "outcome": outcome}
 
 
 # --- the table --------------------------------------------------------------------
@@ -228,8 +286,11 @@ OURS = [  # header, key, format
     ("ratio", "history_to_conversation", "{:.2f}"),
     ("ms/b", "ms_per_boundary", "{:.0f}"),
     ("warn", "server_warnings", "{}"),
+    ("tok sent", "tokens_sent", "{:,}"),
+    ("max req", "largest_request", "{:,}"),
+    ("cmp%", "compaction_share_pct", "{:.0f}"),
 ]
-NAIVE = OURS[1:]
+NAIVE = OURS[1:-1]
 
 
 def cells(row: dict[str, Any] | None, columns: list[tuple[str, str, str]], skipped: str) -> list[str]:
@@ -286,21 +347,45 @@ def print_summary(
     sdk = [sum(r["sdk_payload_warnings"] for r in d.values()) for d in (ours, naive)]
     print(f"the SDK's warnings of a payload over 512 KB (TMPRL1103): ours {sdk[0]}, naive {sdk[1]}")
     print(f"largest ours run (N={last['boundaries']}): {ended}, {warned}")
+    print_tokens(ours, naive)
     if unattributed:
         print(f"({unattributed} limit warnings in the server log name no workflow id)")
+
+
+def print_tokens(ours: dict[int, dict[str, Any]], naive: dict[int, dict[str, Any]]) -> None:
+    """Tokens sent, ours against naive, at the largest N; where the naive design passed the window."""
+    last = ours[max(ours)]
+    n = last["boundaries"]
+    print(
+        f"tokens sent over N={n}: ours {last['tokens_sent']:,} in {last['model_requests']} requests "
+        f"({last['summary_requests']} for summaries), the largest {last['largest_request']:,}; "
+        f"{last.get('compacted_steps', '?')} of {last.get('steps_counted', '?')} model steps "
+        f"({last.get('compaction_share_pct', '?')} %) needed a compaction"
+    )
+    over = next((r for r in naive.values() if r["refused_requests"]), None)
+    if over is not None:
+        print(
+            f"naive: the request after boundary {over['completed_boundaries']} "
+            f"({over['refused_tokens']:,} tokens) was over the window and refused: the run failed there, "
+            f"having sent {over['tokens_sent']:,} tokens"
+        )
+    elif naive:
+        top = naive[max(naive)]
+        print(f"naive: N={top['boundaries']} sent {top['tokens_sent']:,} tokens, the largest request "
+              f"{top['largest_request']:,}")  # fmt: skip
 
 
 async def run_all(client: Client, tmp: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     workspace = tmp / "workspace"
     workspace.mkdir()
     make_file(workspace / "data.txt", args.file_bytes)
+    reader: dict[str, Any] = {"kind": "scripted", "script": str(write_script(tmp))}
+    if args.window:
+        reader["context_window"] = args.window
     config = parse_config(
         {
-            "default_model": "n1/bench",
-            "providers": {
-                f"n{n}": {"kind": "scripted", "script": str(write_script(tmp, n))}
-                for n in {1, *args.boundaries}
-            },
+            "default_model": "reader/n1",
+            "providers": {"reader": reader},
             "store": {"path": str(tmp / "store")},
             "default_sink": "bench",  # a name for the config; the bench's DigestSink takes its place
             "sinks": {"bench": {"kind": "filesystem", "path": str(tmp / "exports-unused")}},
@@ -309,11 +394,13 @@ async def run_all(client: Client, tmp: Path, args: argparse.Namespace) -> list[d
         tmp,
     )
     sink = DigestSink()
-    acts = AgentActivities(config, sinks={"bench": sink})
+    # room for the answer: what ours keeps free for it when the provider sets no max_tokens
+    model = ReaderModel(args.window or None, max_tokens=DEFAULT_RESERVE)
+    acts = AgentActivities(config, sinks={"bench": sink}, providers={"reader": model})
     offers = offered_tools((t.spec for t in acts.tools.values()), config.permissions)
     tag = uuid.uuid4().hex[:8]
     b = Bench(client, workspace, sink, f"bench-{tag}", f"bench-naive-{tag}", config.system_prompt,
-              tuple(t.offer().definition for t in offers))  # fmt: skip
+              tuple(t.offer().definition for t in offers), model)  # fmt: skip
     naive_worker = Worker(
         client,
         task_queue=b.naive_queue,
@@ -342,12 +429,17 @@ async def main() -> int:
     parser.add_argument("--file-bytes", type=int, default=20_000, help="size of the file each read returns")
     parser.add_argument("--naive-max", type=int, default=200, help="run the naive design only up to this N")
     parser.add_argument(
+        "--window", type=int, default=128_000, help="the model's context window in tokens (0: none)"
+    )
+    parser.add_argument(
         "--server-log", type=Path, help="keep the dev server's log here (default: a temp file)"
     )
     parser.add_argument("--json", action="store_true", help="also print one JSON line per N and design")
     args = parser.parse_args()
     if min(args.boundaries) < 1 or args.file_bytes < 100:
         parser.error("--boundaries must be at least 1 and --file-bytes at least 100")
+    if args.window and args.window < 2 * DEFAULT_RESERVE:
+        parser.error(f"--window must be 0 (none) or at least {2 * DEFAULT_RESERVE} tokens")
     args.boundaries = sorted(set(args.boundaries))
     with tempfile.TemporaryDirectory(prefix="boundary-cost-") as tmp_name:
         tmp = Path(tmp_name)

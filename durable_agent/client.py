@@ -20,7 +20,13 @@ from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
-from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
@@ -30,11 +36,20 @@ from durable_agent.core.export import SessionCheckpointExportV1
 from durable_agent.core.models import EndEvent, EventRecord, LiveText
 from durable_agent.core.run_api import (
     QUERY_EVENTS,
+    QUERY_STATUS,
     SA_RUN_STATUS,
     SA_SESSION_ID,
+    SIGNAL_END,
+    UPDATE_PROMPT,
+    UPDATE_STEER,
     WORKFLOW_TYPE,
     AgentRunInput,
     AgentRunResult,
+    FollowUpPrompt,
+    PromptAccepted,
+    RunStatusView,
+    SteerAccepted,
+    SteerMessage,
 )
 
 DEFAULT_ADDRESS = "localhost:7233"
@@ -197,8 +212,44 @@ async def follow_run(
         yield item
 
 
+async def follow_turn(
+    handle: WorkflowHandle[Any, Any], *, after: int = 0, poll_seconds: float = 0.2
+) -> AsyncIterator[EventRecord | LiveText]:
+    """Like ``follow_run``, and also stops once a run with follow-ups waits for its next prompt
+    (every event up to the wait given)."""
+    async for item in _follow(handle, after, poll_seconds, live_text=True, until_prompt=True):
+        yield item
+
+
+async def send_prompt(handle: WorkflowHandle[Any, Any], text: str) -> PromptAccepted:
+    """The next prompt of a run that waits for one (update ``prompt``); its turn's events follow
+    ``after_sequence``. Rejected (``WorkflowUpdateFailedError``) when the run is not waiting."""
+    accepted: PromptAccepted = await handle.execute_update(
+        UPDATE_PROMPT, FollowUpPrompt(text=text), result_type=PromptAccepted
+    )
+    return accepted
+
+
+async def steer_run(handle: WorkflowHandle[Any, Any], text: str) -> SteerAccepted:
+    """A user message the run's model sees at its next request (update ``steer``)."""
+    accepted: SteerAccepted = await handle.execute_update(
+        UPDATE_STEER, SteerMessage(text=text), result_type=SteerAccepted
+    )
+    return accepted
+
+
+async def end_conversation(handle: WorkflowHandle[Any, Any]) -> None:
+    """Close a run with follow-ups (signal ``end``): it completes with its last answer."""
+    await handle.signal(SIGNAL_END)
+
+
 async def _follow(
-    handle: WorkflowHandle[Any, Any], after: int, poll_seconds: float, *, live_text: bool
+    handle: WorkflowHandle[Any, Any],
+    after: int,
+    poll_seconds: float,
+    *,
+    live_text: bool,
+    until_prompt: bool = False,
 ) -> AsyncIterator[EventRecord | LiveText]:
     idle_polls = 0
     shown: LiveText | None = None
@@ -226,6 +277,13 @@ async def _follow(
             shown = None
         else:
             idle_polls += 1
+            if until_prompt:
+                try:
+                    view = await handle.query(QUERY_STATUS, result_type=RunStatusView)
+                except (RPCError, WorkflowQueryFailedError):
+                    view = None
+                if view is not None and view.status == "awaiting_prompt" and after >= view.event_count:
+                    return
             if live_text or idle_polls % 10 == 0:
                 desc = await handle.describe()
                 if desc.status != WorkflowExecutionStatus.RUNNING:

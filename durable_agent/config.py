@@ -37,6 +37,11 @@ class ScriptedProviderConfig(_Strict):
     # Optional, as for real providers: the worker must find it set, and it never
     # leaves the worker (used to prove that credentials stay out of history).
     api_key_env: str | None = None
+    # Prices for the run's cost budget, as on HTTP providers.
+    input_usd_per_mtok: float | None = Field(None, ge=0)
+    output_usd_per_mtok: float | None = Field(None, ge=0)
+    # The model's context window in tokens; unset, a scripted run's context is not managed.
+    context_window: int | None = Field(None, ge=1)
 
 
 class ModelSettings(_Strict):
@@ -45,6 +50,10 @@ class ModelSettings(_Strict):
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0)
     headers: dict[str, str] = Field(default_factory=dict)
+    context_window: int | None = Field(None, ge=1)  # tokens; unset: the provider's, or the table's
+    # USD per million prompt / completion tokens: a run's cost budget (``max_cost_usd``)
+    input_usd_per_mtok: float | None = Field(None, ge=0)
+    output_usd_per_mtok: float | None = Field(None, ge=0)
 
 
 class ResolvedModelSettings(_Strict):
@@ -66,6 +75,12 @@ class HttpProviderConfig(_Strict):
     # answer; the model activity's own timeout bounds the whole call.
     timeout_seconds: float = Field(120, gt=0)
     models: dict[str, ModelSettings] = Field(default_factory=dict)
+    # The context window of its models (tokens); unset: by model family
+    # (``durable_agent.core.context.KNOWN_WINDOWS``), else 32,000.
+    context_window: int | None = Field(None, ge=1)
+    # USD per million prompt / completion tokens, for all its models (a model's own wins)
+    input_usd_per_mtok: float | None = Field(None, ge=0)
+    output_usd_per_mtok: float | None = Field(None, ge=0)
 
     @field_validator("base_url")
     @classmethod
@@ -147,6 +162,49 @@ class SandboxConfig(_Strict):
     writable: tuple[Path, ...] = ()
 
 
+class ConversationConfig(_Strict):
+    """Runs started with ``follow_ups``: how long one waits for the next prompt (none: for ever)."""
+
+    idle_timeout_seconds: float | None = Field(3600, gt=0)
+
+
+class BudgetsConfig(_Strict):
+    """Each run's default budgets (none by default); a run's input may set its own."""
+
+    max_total_tokens: int | None = Field(None, ge=1)
+    max_cost_usd: float | None = Field(None, gt=0)
+
+
+def model_prices(provider: ProviderConfig, model: str) -> tuple[float | None, float | None]:
+    """USD per million prompt and completion tokens of ``model``: its own, else its provider's."""
+    inp, out = provider.input_usd_per_mtok, provider.output_usd_per_mtok
+    own = provider.models.get(model) if not isinstance(provider, ScriptedProviderConfig) else None
+    if own is not None:
+        inp = own.input_usd_per_mtok if own.input_usd_per_mtok is not None else inp
+        out = own.output_usd_per_mtok if own.output_usd_per_mtok is not None else out
+    return inp, out
+
+
+class ContextConfig(_Strict):
+    """Context management (``durable_agent.core.context``): compact before a request past
+    ``compact_at`` of the usable window (the window less the answer's ``max_tokens``); the
+    newest ``keep_recent`` tool results are never elided; summaries are written by
+    ``compaction_model`` ("provider/model"; unset: the run's model)."""
+
+    compact_at: float = Field(0.8, gt=0, le=1)
+    keep_recent: int = Field(4, ge=0)
+    compaction_model: str | None = None
+
+    @field_validator("compaction_model")
+    @classmethod
+    def _provider_slash_model(cls, value: str | None) -> str | None:
+        if value is not None:
+            provider, _, name = value.partition("/")
+            if not provider or not name:
+                raise ValueError(f'compaction_model must look like "provider/model", got {value!r}')
+        return value
+
+
 class AgentConfig(_Strict):
     default_model: str = "scripted/demo"
     default_sink: str | None = "local"
@@ -167,6 +225,9 @@ class AgentConfig(_Strict):
     timeouts: Timeouts = Timeouts()
     limits: Limits = Limits()
     sandbox: SandboxConfig = SandboxConfig()
+    conversation: ConversationConfig = ConversationConfig()
+    budgets: BudgetsConfig = BudgetsConfig()
+    context: ContextConfig = ContextConfig()
 
     @model_validator(mode="after")
     def _references_exist(self) -> AgentConfig:

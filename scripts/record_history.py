@@ -7,6 +7,8 @@ histories): ::
     python scripts/record_history.py approval tests/histories/agent_run_approval_v3.json
     python scripts/record_history.py continued tests/histories/agent_run_continued_v3.json
     python scripts/record_history.py guarded tests/histories/agent_run_guarded_v2.json
+    python scripts/record_history.py compacted tests/histories/agent_run_compacted_v3.json
+    python scripts/record_history.py conversation tests/histories/agent_run_conversation_v3.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -17,6 +19,7 @@ commands are the same but whose inputs differ: the plan is resolved without the 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the
 ``approve`` update, a denied shell line, and a write.
+``conversation``: a run with ``follow_ups``: a second prompt after its answer, then ``end``.
 ``continued``: a run that continues as new, twice, once between two calls of
 one model step; OUT gets its first execution, OUT-last its last.
 ``guarded``: the guard rails: an approved call id that the model reuses in a
@@ -40,10 +43,11 @@ sys.path.insert(0, str(ROOT))
 from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
 from durable_agent.activities import AgentActivities  # noqa: E402
+from durable_agent.client import end_conversation, send_prompt  # noqa: E402
 from durable_agent.config import parse_config  # noqa: E402
 from durable_agent.core.run_api import ApprovalAnswer, ApprovalDecision, RunStatusView  # noqa: E402
 from durable_agent.devserver import start_ephemeral_server  # noqa: E402
-from tests.helpers import final, read_call, running_worker, start, tool_call  # noqa: E402
+from tests.helpers import final, read_call, running_worker, start, status_when, tool_call  # noqa: E402
 
 
 async def approve_when_asked(handle: WorkflowHandle[Any, Any], times: int = 1) -> None:
@@ -79,6 +83,21 @@ def linked(ws: Path) -> None:
     (ws / ".env").write_text("TOKEN=recorded\n")
     (ws / "notenv").symlink_to(".env")
     (ws / "cfg").symlink_to("config")
+
+
+def big_files(ws: Path) -> None:
+    """Six 20 KB files: more than the ``compacted`` scenario's small context window holds."""
+    for i in range(1, 7):
+        (ws / f"f{i}.txt").write_text(f"file {i} lorem ipsum dolor sit amet consectetur\n" * 400)
+
+
+async def converse(handle: WorkflowHandle[Any, Any]) -> None:
+    """A follow-up after the first answer, then the end of the conversation."""
+    waiting = "awaiting_prompt"
+    await status_when(handle, lambda s: s.status == waiting, "the run to wait for a prompt")
+    await send_prompt(handle, "now read b.txt")
+    await status_when(handle, lambda s: s.status == waiting and s.turn == 2, "the second answer")
+    await end_conversation(handle)
 
 
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -119,6 +138,27 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "prompt": "read six times",
         "limits": {"continue_as_new_events": 50},
     },
+    "compacted": {
+        "responses": [*(read_call(f"r{i}", f"f{i}.txt") for i in range(1, 7)), final("six files read")],
+        "permissions": {"allow": ["read(*)"]},
+        "prompt": "read six big files",
+        "setup": big_files,
+        # a small window: older reads leave the model's view (context management, tier 1)
+        "context_window": 40_000,
+        "context": {"keep_recent": 2},
+    },
+    "conversation": {
+        "responses": [
+            read_call("r1", "a.txt"),
+            final("a.txt says alpha"),
+            read_call("r2", "b.txt"),
+            final("beta"),
+        ],
+        "permissions": {"allow": ["read(*)"]},
+        "prompt": "read a.txt",
+        "input": {"follow_ups": True},
+        "during": converse,
+    },
     "guarded": {
         "responses": [
             tool_call("l1", "ls", path="."),
@@ -154,7 +194,16 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> list[str]:
     config = parse_config(
         {
             "default_model": "scripted/static",
-            "providers": {"scripted": {"kind": "scripted", "script": str(script)}},
+            "providers": {
+                "scripted": {
+                    "kind": "scripted",
+                    "script": str(script),
+                    **(
+                        {"context_window": scenario["context_window"]} if "context_window" in scenario else {}
+                    ),
+                }
+            },
+            "context": scenario.get("context", {}),
             "store": {"path": str(tmp / "store")},
             "sinks": {"local": {"kind": "filesystem", "path": str(tmp / "exports")}},
             "permissions": scenario["permissions"],
@@ -163,7 +212,9 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> list[str]:
         tmp,
     )
     async with running_worker(client, AgentActivities(config)) as queue:
-        handle = await start(client, queue, ws, scenario["prompt"], session_id=f"replay-{name}")
+        handle = await start(
+            client, queue, ws, scenario["prompt"], session_id=f"replay-{name}", **scenario.get("input", {})
+        )
         if "during" in scenario:
             await scenario["during"](handle)
         result = await handle.result()

@@ -545,6 +545,114 @@ async def test_a_tool_call_cut_off_by_max_tokens_says_to_raise_it(
     assert not caught.value.retryable
 
 
+# Each protocol's refusal of a request over the context window, as the wire server sends it
+# (``wire.overflow``): the prompt alone over it, and the prompt with the ``max_tokens`` asked for.
+OVERFLOW_SAID = [
+    pytest.param(
+        OpenAIWire(),
+        "This model's maximum context length is 300 tokens. However, you requested",
+        "in the messages, 100 in the completion). Please reduce the length of the messages or completion.",
+        id="openai",
+    ),
+    pytest.param(
+        AnthropicWire(),
+        "prompt is too long: ",
+        "input length and `max_tokens` exceed context limit: ",
+        id="anthropic",
+    ),
+]
+
+
+@pytest.mark.parametrize(("wire", "too_long", "with_output"), OVERFLOW_SAID)
+async def test_a_request_over_the_context_window_is_a_context_overflow_that_is_not_retried(
+    wire: Wire, too_long: str, with_output: str, tmp_path: Path, key: str
+) -> None:
+    async with WireServer(wire, context_window=300) as server:
+        server.queue(wire.stream(text=["fits"]))
+        provider = provider_for(wire, server, tmp_path, max_tokens=100)
+        # ~40 tokens of prompt: answered, and the server's count is recorded
+        response = await provider.complete(call_input(), MODEL, lambda _: None)
+        assert response.message.text() == "fits" and 0 < server.requests[0].tokens <= 300
+        for words, said in ((400, too_long), (220, with_output)):  # 1 token a word ("abc ")
+            big = Message(role="user", content=(TextBlock(text="abc " * words),))
+            with pytest.raises(ProviderError) as caught:
+                await provider.complete(call_input(big), MODEL, lambda _: None)
+            error = caught.value
+            assert error.context_overflow and not error.retryable
+            assert str(error).startswith(f"model p/{MODEL}: HTTP 400 Bad Request (not retried): ")
+            assert said in str(error) and key not in str(error)
+            assert server.requests[-1].overflowed and server.requests[-1].tokens > 300
+        # ordinary refusals and failures are not overflows
+        server.queue(wire.error(400, "messages: roles must alternate"), wire.error(413, "request too large"))
+        for _ in range(2):
+            with pytest.raises(ProviderError) as caught:
+                await provider.complete(call_input(), MODEL, lambda _: None)
+            assert not caught.value.context_overflow and not caught.value.retryable
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(
+            {
+                "message": "This model's maximum context length is 128000 tokens. However, your messages "
+                "resulted in 130412 tokens. Please reduce the length of the messages.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            },
+            id="openai",
+        ),
+        pytest.param(
+            {
+                "object": "error",
+                "message": "This model's maximum context length is 32768 tokens. However, you requested "
+                "33100 tokens (32076 in the messages, 1024 in the completion). Please reduce the length "
+                "of the messages or completion.",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            },
+            id="vllm",
+        ),
+        pytest.param(
+            {
+                "code": 400,
+                "message": "request (4476 tokens) exceeds the available context size (4096 tokens)",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": 4476,
+                "n_ctx": 4096,
+            },
+            id="llama.cpp",
+        ),
+        pytest.param(
+            {
+                "type": "invalid_request_error",
+                "message": "prompt is too long: 213462 tokens > 200000 maximum",
+            },
+            id="anthropic",
+        ),
+        pytest.param(
+            {
+                "type": "invalid_request_error",
+                "message": "input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, "
+                "decrease input length or `max_tokens` and try again",
+            },
+            id="anthropic-max-tokens",
+        ),
+    ],
+)
+def test_the_context_overflow_shapes_of_each_server(error: dict[str, Any]) -> None:
+    body = json.dumps({"type": "error", "error": error} if "param" not in error else {"error": error})
+    failure = Failures("p", "m", SECRET).status(400, httpx.Headers(), body.encode())
+    assert failure.context_overflow and not failure.retryable
+    assert error["message"][:40] in str(failure)
+    # the same words in a retryable status, or another kind of 400, are not an overflow
+    assert not Failures("p", "m", SECRET).status(503, httpx.Headers(), body.encode()).context_overflow
+    other = json.dumps({"error": {"type": "invalid_request_error", "message": "prompt is required"}})
+    assert not Failures("p", "m", SECRET).status(400, httpx.Headers(), other.encode()).context_overflow
+
+
 async def test_an_unreachable_server_is_a_retryable_network_error(tmp_path: Path, key: str) -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))

@@ -6,6 +6,14 @@ headers, and a body or SSE chunks, with optional pauses and a stall) and is
 recorded (method, path, headers, JSON body, when it came, when its connection
 closed). ``OpenAIWire`` and ``AnthropicWire`` build each protocol's streams,
 config entries and error bodies, so one test can run against both.
+
+A server given its ``wire`` counts each request's tokens by its own rule
+(``count_tokens``: the UTF-8 bytes of the prompt's text / 4, rounded up, plus
+the ``max_tokens`` asked for) and records the count. Given a
+``context_window`` too, it refuses a request over it with the vendor's own
+context-overflow status and body, as the real server would, and takes no
+queued reply for it. A ``respond`` function answers when the queue is empty,
+from the request itself: a model scripted by what it is asked.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import contextlib
 import json
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,12 +71,41 @@ class Received:
     closed: asyncio.Event = field(default_factory=asyncio.Event)  # its connection ended
     closed_at: float | None = None
     complete: bool = False  # the whole reply was sent
+    prompt_tokens: int = 0  # the prompt's tokens by ``count_tokens`` (a server given its wire)
+    max_tokens: int = 0  # the output tokens the request asked room for
+    overflowed: bool = False  # refused: over the server's context window
+
+    @property
+    def tokens(self) -> int:
+        """What the request needs of the context window: its prompt and the output it asks for."""
+        return self.prompt_tokens + self.max_tokens
+
+
+def count_tokens(text: str) -> int:
+    """The wire servers' token count of ``text``: its UTF-8 bytes / 4, rounded up."""
+    return -(-len(text.encode("utf-8")) // 4)
 
 
 class WireServer:
-    """``async with WireServer() as server``: queue replies, point a provider at ``base_url``."""
+    """``async with WireServer() as server``: queue replies, point a provider at ``base_url``.
 
-    def __init__(self) -> None:
+    ``wire``: the protocol, to count each request's tokens; ``context_window``:
+    refuse a request whose tokens are over it, the way that vendor does;
+    ``respond``: the answer to a request when no reply is queued.
+    """
+
+    def __init__(
+        self,
+        wire: Wire | None = None,
+        *,
+        context_window: int | None = None,
+        respond: Callable[[Received], Reply] | None = None,
+    ) -> None:
+        if context_window is not None and wire is None:
+            raise ValueError("a context window needs the wire protocol, to count a request's tokens")
+        self.wire = wire
+        self.context_window = context_window
+        self.respond = respond
         self.replies: deque[Reply] = deque()
         self.requests: list[Received] = []
         self._arrived = asyncio.Condition()
@@ -98,6 +135,28 @@ class WireServer:
                 await task
         await self._server.wait_closed()
 
+    @property
+    def largest_request(self) -> int:
+        """The most tokens any request asked for, refused ones included."""
+        return max((r.tokens for r in self.requests), default=0)
+
+    @property
+    def accepted(self) -> list[Received]:
+        """The requests answered, not refused as over the context window."""
+        return [r for r in self.requests if not r.overflowed]
+
+    def _reply_to(self, request: Received) -> Reply:
+        if self.wire is not None:
+            request.prompt_tokens, request.max_tokens = self.wire.count_tokens(request.body)
+            if self.context_window is not None and request.tokens > self.context_window:
+                request.overflowed = True
+                return self.wire.overflow(request.prompt_tokens, request.max_tokens, self.context_window)
+        if self.replies:
+            return self.replies.popleft()
+        if self.respond is not None:
+            return self.respond(request)
+        return _nothing_queued()
+
     async def wait_for_requests(self, count: int, timeout: float = 10) -> list[Received]:
         async with self._arrived:
             await asyncio.wait_for(self._arrived.wait_for(lambda: len(self.requests) >= count), timeout)
@@ -111,10 +170,10 @@ class WireServer:
         try:
             while (request := await self._read_request(reader)) is not None:
                 served.append(request)
+                reply = self._reply_to(request)
                 async with self._arrived:
                     self.requests.append(request)
                     self._arrived.notify_all()
-                reply = self.replies.popleft() if self.replies else _nothing_queued()
                 if not await self._send(reply, reader, writer):
                     break
                 request.complete = True
@@ -254,6 +313,43 @@ class OpenAIWire:
         body = {"error": {"message": message, "type": "invalid_request_error", "code": None}}
         return Reply.json(status, body, headers)
 
+    def count_tokens(self, body: Any) -> tuple[int, int]:
+        """(prompt tokens, max_tokens): the messages' text, tool calls and results, and the tools."""
+        parts: list[str] = []
+        for m in body.get("messages", []):
+            content = m.get("content")
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, list):
+                parts += [p.get("text", "") for p in content if isinstance(p, dict)]
+            for call in m.get("tool_calls") or []:
+                parts += [call["function"]["name"], call["function"]["arguments"]]
+        parts += [json.dumps(t, ensure_ascii=False) for t in body.get("tools", [])]
+        return count_tokens("".join(parts)), int(
+            body.get("max_tokens") or body.get("max_completion_tokens") or 0
+        )
+
+    def overflow(self, prompt: int, max_tokens: int, window: int) -> Reply:
+        """OpenAI's answer to a request over the context window: 400 ``context_length_exceeded``."""
+        if max_tokens:
+            message = (
+                f"This model's maximum context length is {window} tokens. However, you requested "
+                f"{prompt + max_tokens} tokens ({prompt} in the messages, {max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion."
+            )
+        else:
+            message = (
+                f"This model's maximum context length is {window} tokens. However, your messages "
+                f"resulted in {prompt} tokens. Please reduce the length of the messages."
+            )
+        error = {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+        return Reply.json(400, {"error": error})
+
     def messages(self, request: Received) -> list[dict[str, Any]]:
         return list(request.body["messages"])
 
@@ -327,6 +423,37 @@ class AnthropicWire:
         body = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
         return Reply.json(status, body, headers)
 
+    def count_tokens(self, body: Any) -> tuple[int, int]:
+        """(prompt tokens, max_tokens): system, the blocks' text, tool uses and results, and the tools."""
+        parts: list[str] = []
+        system = body.get("system", "")
+        parts += [system] if isinstance(system, str) else [b.get("text", "") for b in system]
+        for m in body.get("messages", []):
+            content = m.get("content")
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+            for b in blocks:
+                if b["type"] == "text":
+                    parts.append(b["text"])
+                elif b["type"] == "tool_use":
+                    parts += [b["name"], json.dumps(b["input"], ensure_ascii=False)]
+                elif b["type"] == "tool_result":
+                    result = b.get("content", "")
+                    parts += [result] if isinstance(result, str) else [r.get("text", "") for r in result]
+        parts += [json.dumps(t, ensure_ascii=False) for t in body.get("tools", [])]
+        return count_tokens("".join(parts)), int(body.get("max_tokens") or 0)
+
+    def overflow(self, prompt: int, max_tokens: int, window: int) -> Reply:
+        """Anthropic's answer to a request over the context window: 400 ``invalid_request_error``."""
+        if prompt > window:
+            message = f"prompt is too long: {prompt} tokens > {window} maximum"
+        else:
+            message = (
+                f"input length and `max_tokens` exceed context limit: {prompt} + {max_tokens} > {window}, "
+                "decrease input length or `max_tokens` and try again"
+            )
+        body = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+        return Reply.json(400, body, {"request-id": "req_wire_overflow"})
+
     def messages(self, request: Received) -> list[dict[str, Any]]:
         return list(request.body["messages"])
 
@@ -335,3 +462,46 @@ class AnthropicWire:
 
 
 Wire = OpenAIWire | AnthropicWire
+
+
+def last_tool_result_id(request: Received) -> str | None:
+    """The id of the newest tool result in a request, in either protocol; None if it has none."""
+    for m in reversed(request.body.get("messages", [])):
+        if m.get("role") == "tool":
+            return str(m.get("tool_call_id"))
+        content = m.get("content")
+        if isinstance(content, list):
+            ids = [b.get("tool_use_id") for b in content if b.get("type") == "tool_result"]
+            if ids:
+                return str(ids[-1])
+    return None
+
+
+@dataclass
+class Reader:
+    """A model, scripted by what it is asked: ``read`` each of ``files`` in turn, then answer.
+
+    Which file comes next is read from the request itself (the id of its newest
+    tool result, ``read-<index>``), so it answers right whatever of the
+    conversation was compacted away, and a retried request gets the same answer.
+    A request without tools is a request for a summary: answered with one.
+    Usage reports the server's count of the prompt.
+    """
+
+    wire: Wire
+    files: Sequence[str]
+    answer: str = "I have read every file."
+    summaries: int = 0
+
+    def __call__(self, request: Received) -> Reply:
+        usage = (request.prompt_tokens, 20)
+        if not self.wire.tool_names(request):
+            self.summaries += 1
+            summary = f"Summary {self.summaries}: the files were read one by one; nothing else happened."
+            return self.wire.stream(text=[summary], usage=usage)
+        last = last_tool_result_id(request)
+        done = int(last.removeprefix("read-")) + 1 if last and last.startswith("read-") else 0
+        if done < len(self.files):
+            call = Call(f"read-{done:03d}", "read", {"file_path": self.files[done]}, piece=64)
+            return self.wire.stream(calls=[call], usage=usage)
+        return self.wire.stream(text=[self.answer], usage=usage)

@@ -52,13 +52,20 @@ with workflow.unsafe.imports_passed_through():
         QUERY_EVENTS,
         QUERY_STATUS,
         SIGNAL_CANCEL,
+        SIGNAL_END,
         UPDATE_APPROVE,
+        UPDATE_PROMPT,
+        UPDATE_STEER,
         AgentRunResult,
         ApprovalAnswer,
         ApprovalDecision,
         FinalStatus,
+        FollowUpPrompt,
         PendingApproval,
+        PromptAccepted,
         RunStatusView,
+        SteerAccepted,
+        SteerMessage,
     )
     from durable_agent.core.run_log import STAGE_MIN_BYTES
     from durable_agent.core.tool_specs import ToolCallError, find_offer, permission_target
@@ -73,9 +80,19 @@ from durable_agent.workflows.calls import (
     missing_state,
     now_ms,
 )
+from durable_agent.workflows.context_keeper import (
+    MAX_OVERFLOW_RETRIES,
+    ContextKeeper,
+    is_overflow,
+    model_pending,
+)
 from durable_agent.workflows.log_keeper import LogKeeper
-from durable_agent.workflows.presence import AWAITING_APPROVAL, EXECUTING, Presence
+from durable_agent.workflows.presence import AWAITING_APPROVAL, AWAITING_PROMPT, EXECUTING, Presence
 from durable_agent.workflows.starting import Starter
+
+
+class BudgetStop(Exception):
+    """The run reached a budget: it ends ``budget_exhausted`` with this message."""
 
 
 def call_summary(call: ToolUseBlock, target: str | None) -> str:
@@ -91,8 +108,16 @@ class AgentRun:
         self._calls = CallRunner(self._cancellation)
         self._presence = Presence(self._cancellation)
         self._log = LogKeeper(self._calls, self._presence)
+        self._context = ContextKeeper(self._calls, self._presence, self._log)
         self._starter = Starter(self._calls, self._presence, self._log, self._cancellation)
         self._approvals = ApprovalBook()
+        # conversations: whether the run goes on after an answer, waits for a prompt now, the
+        # prompt given, whether ``end`` came, and whether the run has ended
+        self._follow_ups = False
+        self._awaiting_prompt = False
+        self._prompt: str | None = None
+        self._end_requested = False
+        self._ended = False
 
     # --- handlers -----------------------------------------------------------
 
@@ -112,6 +137,46 @@ class AgentRun:
         # rejected here, an unknown or repeated decision never reaches the history
         self._approvals.check(decision)
 
+    @workflow.signal(name=SIGNAL_END)
+    def end(self) -> None:
+        """Close a conversation that waits for its next prompt (at once) or will (at its answer)."""
+        self._end_requested = True
+
+    @workflow.update(name=UPDATE_PROMPT)
+    def prompt(self, prompt: FollowUpPrompt) -> PromptAccepted:
+        """The next prompt of a run that waits for one: its next turn starts."""
+        self._prompt = prompt.text
+        state = self._presence.state
+        return PromptAccepted(after_sequence=state.event_count if state is not None else 0)
+
+    @prompt.validator
+    def _validate_prompt(self, prompt: FollowUpPrompt) -> None:
+        # rejected here, a prompt the run cannot take never reaches the history
+        if self._ended:
+            raise ValueError("the run has ended")
+        if not self._awaiting_prompt or self._prompt is not None or self._end_requested:
+            why = "it was not started with follow_ups" if not self._follow_ups else "it is working"
+            raise ValueError(
+                f"the run is not waiting for a prompt ({why}): use `steer` to add a message "
+                "the model sees at its next request"
+            )
+
+    @workflow.update(name=UPDATE_STEER)
+    def steer(self, message: SteerMessage) -> SteerAccepted:
+        """A user message the model sees at its next request; the call in flight goes on."""
+        state = self._presence.state
+        assert state is not None
+        return SteerAccepted(queued=state.queue_user_text(message.text, "steer"))
+
+    @steer.validator
+    def _validate_steer(self, message: SteerMessage) -> None:
+        if self._ended:
+            raise ValueError("the run has ended")
+        if self._presence.state is None:
+            raise ValueError("the run has not started yet: try again in a moment")
+        if self._awaiting_prompt:
+            raise ValueError("the run waits for its next prompt: send it with `prompt`")
+
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> RunStatusView:
         state = self._presence.state
@@ -124,7 +189,7 @@ class AgentRun:
                 cancel_requested=self._cancellation.requested,
                 error=starter.pre_error,
             )
-        return state.status_view(self._cancellation.requested, self._approvals.view())
+        return state.status_view(self._cancellation.requested, self._approvals.view(), self._awaiting_prompt)
 
     @workflow.query(name=QUERY_EVENTS)
     def events(self, after_sequence: int = 0) -> list[EventRecord]:
@@ -137,10 +202,14 @@ class AgentRun:
     @workflow.run
     async def run(self, raw: dict[str, Any]) -> AgentRunResult:
         run_input = self._starter.accept(raw)
+        self._follow_ups = run_input.follow_ups
         if run_input.continued is not None:
             state = self._starter.continued(run_input.continued)
         else:
             state = await self._starter.start(run_input)
+            if run_input.prompt and (run_input.resume_from or run_input.resume_from_file):
+                # a resumed run's prompt: a user message before its first request
+                state.queue_user_text(run_input.prompt, "resume_prompt")
         final: FinalStatus = "completed"
         error: str | None = None
         try:
@@ -153,6 +222,9 @@ class AgentRun:
             final, error = "cancelled", TEMPORAL_CANCEL_REASON
         except RunFailed as exc:
             final, error = "failed", str(exc)
+        except BudgetStop as exc:
+            final, error = "budget_exhausted", str(exc)
+        self._ended, self._awaiting_prompt = True, False
         state.finish(final, now_ms(), error)
         await self._log.finish(state)
         self._presence.status(final)
@@ -168,15 +240,70 @@ class AgentRun:
         while True:
             self._cancellation.check()
             self._starter.check_history(state)
+            if not await self._next_request(state):
+                return
             response = await self._model_step(state)
             calls = state.add_model_response(response, now_ms())
             if not calls:
+                if state.queued_count() or self._follow_ups:
+                    continue  # a steer that came meanwhile is answered; a follow-up is awaited
                 return
             if state.tool_rounds > plan.max_tool_rounds:
                 raise RunFailed(
                     f"the model asked for more than max_tool_rounds={plan.max_tool_rounds} tool rounds"
                 )
             await self._run_calls(state, calls)
+
+    async def _next_request(self, state: LoopState) -> bool:
+        """Before a model request: stop for a budget, wait for the next prompt after an answer,
+        and add the user messages that wait. ``False``: the conversation is closed."""
+        budget = state.exhausted_budget()
+        if budget is not None:
+            # at a tool boundary whose export was acknowledged (or after an answer): never again
+            raise BudgetStop(state.record_budget_exhausted(budget, now_ms()))
+        if state.ends_with_answer():
+            if not self._follow_ups:
+                message = (
+                    "the conversation ends with the model's answer and no prompt was given: "
+                    "resume with a prompt (or start the run with follow_ups)"
+                )
+                state.emit(ErrorEvent(message=message), now_ms())
+                raise RunFailed(message)
+            if not await self._await_prompt(state):
+                return False
+        state.take_queued(now_ms())
+        return True
+
+    async def _await_prompt(self, state: LoopState) -> bool:
+        """Wait, durably, for the next prompt; ``False`` when ``end``, the idle timeout or a
+        cancel closes the conversation (the run completes with its last answer)."""
+        timeout = state.plan.idle_timeout_seconds
+        self._awaiting_prompt = True
+        self._presence.status(AWAITING_PROMPT)
+        wid = workflow.info().workflow_id
+        idle = f" (it closes after {timeout:g} s without one)" if timeout else ""
+        self._presence.details(
+            f"waiting for the next prompt{idle}\n\n"
+            f'continue with `durable-agent chat {wid}` or `durable-agent prompt {wid} "…"`; '
+            f"close with `durable-agent end {wid}`"
+        )
+        try:
+            await workflow.wait_condition(
+                lambda: self._prompt is not None or self._end_requested or self._cancellation.requested,
+                timeout=timedelta(seconds=timeout) if timeout else None,
+                timeout_summary="idle timeout: no next prompt",
+            )
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            self._cancellation.request(TEMPORAL_CANCEL_REASON)
+        self._awaiting_prompt = False
+        prompt, self._prompt = self._prompt, None
+        if prompt is None:
+            return False
+        state.queue_user_text(prompt, "follow_up")
+        self._presence.status(EXECUTING)
+        return True
 
     async def _run_calls(self, state: LoopState, calls: list[ToolUseBlock]) -> None:
         """One model step's tool calls, each followed by its tool boundary."""
@@ -190,10 +317,13 @@ class AgentRun:
                 await self._starter.continue_as_new(state)
         state.emit(TurnEndEvent(turn=state.turn, usage=state.usage), now_ms())
 
-    async def _model_step(self, state: LoopState) -> ModelResponse:
+    async def _model_step(self, state: LoopState, overflow: int = 0) -> ModelResponse:
+        """Ask the model; first make the conversation fit its window (``context_keeper.py``).
+        ``overflow``: how many times the provider refused this request as too large."""
         plan = state.plan
+        await self._context.prepare(state, overflow)
         self._presence.details(f"asking {plan.model}")
-        pending = state.pending().model_copy(update={"events": ()})  # the model reads no events
+        pending = model_pending(state)  # the model reads no events but the view's
         try:
             return await self._log.reading_log(
                 state,
@@ -205,6 +335,10 @@ class AgentRun:
                 ),
             )
         except ActivityError as exc:
+            if plan.context is not None and is_overflow(exc):
+                if overflow < MAX_OVERFLOW_RETRIES:
+                    return await self._model_step(state, overflow + 1)
+                self._context.fail_overflow(state, failure_message(exc))
             message = f"model call failed: {failure_message(exc)}"
             state.emit(ErrorEvent(message=message), now_ms())
             raise RunFailed(message) from None

@@ -23,6 +23,7 @@ RUN_STATUS_KEY = SearchAttributeKey.for_keyword(SA_RUN_STATUS)
 
 EXECUTING = "executing"
 AWAITING_APPROVAL = "awaiting_approval"
+AWAITING_PROMPT = "awaiting_prompt"  # a run with follow-ups, after its answer
 
 
 class Presence:
@@ -31,6 +32,7 @@ class Presence:
     def __init__(self, cancellation: Cancellation) -> None:
         self._cancellation = cancellation
         self.state: LoopState | None = None
+        self._shown = EXECUTING  # the status search lists the run by
 
     def attach(self, state: LoopState) -> None:
         """From now on the queries read ``state``, and the details show its counters and prompt."""
@@ -44,6 +46,7 @@ class Presence:
 
     def status(self, status: str) -> None:
         """The run's status as search lists it: executing, awaiting_approval, or how it ended."""
+        self._shown = status
         workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set(status)])
 
     def details(self, line: str) -> None:
@@ -53,11 +56,18 @@ class Presence:
         head, _, rest = line.partition("\n\n")
         parts = [head if head.startswith("**") else f"**{head}**", *([rest] if rest else [])]
         if state is not None:
-            view = state.status_view(self._cancellation.requested)
+            view = state.status_view(
+                self._cancellation.requested, awaiting_prompt=self._shown == AWAITING_PROMPT
+            )
             parts.append(
                 f"status: {view.status} · turn {view.turn} · tool calls {view.tool_calls} · "
                 f"exports {view.exports_delivered} (failed {view.export_failures})"
             )
+            if view.context_window:
+                parts.append(
+                    f"context: {view.context_tokens} of {view.context_window} tokens · "
+                    f"compactions {view.compactions}"
+                )
             if view.last_content_digest:
                 parts.append(f"last export: `{view.last_content_digest}`")
             parts.append(f"prompt: {prompt}")

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         ResumeFileInput,
         ResumePoint,
     )
+    from durable_agent.core.context import ContextLedger
     from durable_agent.core.errors import validation_message
     from durable_agent.core.export import (
         CapabilityBinding,
@@ -97,7 +98,9 @@ class Starter:
             state = await legacy.start_from_session(self._calls, plan, logical)
             self._presence.attach(state)
             return state
-        state = LoopState(plan, now_ms(), resume=logical, point=point)
+        # a resumed run sees its source's newest view, and knows its last usage report
+        context = ContextLedger.seeded((), resume.source_run().events) if resume is not None else None
+        state = LoopState(plan, now_ms(), resume=logical, point=point, context=context)
         self._presence.attach(state)
         await self._log.open(state)
         return state

@@ -174,7 +174,7 @@ class StreamState:
         if event.type == "error":
             error = event.error or _Error()
             status = _ERROR_TYPE_STATUS.get(error.type)
-            raise self.failures.in_stream(f"{error.type}: {error.message}", status)
+            raise self.failures.in_stream(f"{error.type}: {error.message}", status, error=error.model_dump())
         if event.type == "message_start" and event.message and event.message.usage:
             self.usage = event.message.usage
         elif event.type == "content_block_start" and event.content_block is not None:

@@ -19,12 +19,25 @@ from durable_agent.core.models import ModelResponse
 
 
 class ProviderError(Exception):
-    """A model call failed. ``retryable`` and ``retry_after`` steer Temporal's retry."""
+    """A model call failed. ``retryable`` and ``retry_after`` steer Temporal's retry.
 
-    def __init__(self, message: str, *, retryable: bool, retry_after: timedelta | None = None) -> None:
+    ``context_overflow``: the server refused the request because it is larger
+    than the model's context window. Not retryable as it stands; a smaller
+    request (the conversation compacted) may succeed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        retry_after: timedelta | None = None,
+        context_overflow: bool = False,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
+        self.context_overflow = context_overflow
 
 
 TextSink = Callable[[str], None]

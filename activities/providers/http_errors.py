@@ -13,6 +13,10 @@ So every decision about what is worth another attempt is made here:
 - Tool arguments that are JSON but beyond ``json_limits`` (nested too deep,
   NaN, a huge integer, a repeated key) fail at once: they would break the run
   further on, and a model that writes them is broken, not unlucky.
+- A request larger than the model's context window is refused by the server
+  with a 400 (see ``is_context_overflow`` for the shapes); it is not retried
+  as it stands, and its ``ProviderError`` says ``context_overflow`` so that
+  the run can make the conversation smaller and ask again.
 
 Messages name the provider, the model and what the server said. They end up
 in the workflow history, so they never carry the credential, even when a
@@ -36,6 +40,19 @@ MAX_RETRY_AFTER = timedelta(minutes=5)
 MAX_DETAIL_CHARS = 500
 
 _RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+# How servers say that a request does not fit the model's context window:
+# - OpenAI (and Groq, DeepSeek...): 400, ``error.code`` "context_length_exceeded",
+#   "This model's maximum context length is N tokens. However, your messages resulted in M tokens...";
+# - vLLM, OpenRouter: 400, another code or none, the same "maximum context length" wording;
+# - llama.cpp's server: 400, ``error.type`` "exceed_context_size_error",
+#   "request (M tokens) exceeds the available context size (N tokens)";
+# - Anthropic: 400 ``invalid_request_error``, "prompt is too long: M tokens > N maximum", or,
+#   when the prompt fits but not with the ``max_tokens`` asked for, "input length and
+#   `max_tokens` exceed context limit: M + K > N, decrease input length or `max_tokens`...".
+_OVERFLOW_KINDS = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+_OVERFLOW_PHRASES = ("maximum context length", "exceeds the available context size")
+_ANTHROPIC_OVERFLOW = ("prompt is too long", "input length and `max_tokens` exceed context limit")
 
 
 def is_retryable_status(status: int) -> bool:
@@ -78,6 +95,30 @@ def _capped(delay: timedelta) -> timedelta | None:
     return min(delay, MAX_RETRY_AFTER)
 
 
+def is_context_overflow(error: object) -> bool:
+    """Whether a vendor's error object (an error body's ``error``) says the request is over the window."""
+    if not isinstance(error, dict):
+        return False
+    code, kind, message = error.get("code"), error.get("type"), error.get("message")
+    if code in _OVERFLOW_KINDS or kind in _OVERFLOW_KINDS:
+        return True
+    if not isinstance(message, str):
+        return False
+    text = message.lower()
+    if kind == "invalid_request_error" and text.startswith(_ANTHROPIC_OVERFLOW):
+        return True
+    return any(phrase in text for phrase in _OVERFLOW_PHRASES)
+
+
+def _body_error(body: bytes) -> object:
+    """An error body's ``error`` object, or None when the body is not such JSON."""
+    try:
+        data = json_limits.loads(body.decode("utf-8", errors="replace"))
+    except ValueError:
+        return None
+    return data.get("error") if isinstance(data, dict) else None
+
+
 def redact(text: str, secret: str | None) -> str:
     """``text`` without ``secret``: servers sometimes quote the key they refused."""
     return text.replace(secret, "***") if secret else text
@@ -115,9 +156,18 @@ class Failures:
         self.model = model
         self._secret = secret
 
-    def _error(self, what: str, *, retryable: bool, retry_after: timedelta | None = None) -> ProviderError:
+    def _error(
+        self,
+        what: str,
+        *,
+        retryable: bool,
+        retry_after: timedelta | None = None,
+        context_overflow: bool = False,
+    ) -> ProviderError:
         message = redact(f"model {self.provider}/{self.model}: {what}", self._secret)
-        return ProviderError(message, retryable=retryable, retry_after=retry_after)
+        return ProviderError(
+            message, retryable=retryable, retry_after=retry_after, context_overflow=context_overflow
+        )
 
     def status(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
         """An HTTP error status, classified; a ``Retry-After`` steers the next attempt."""
@@ -130,14 +180,24 @@ class Failures:
             return self._error(
                 f"HTTP {status}{phrase}: {said}", retryable=True, retry_after=parse_retry_after(headers)
             )
-        return self._error(f"HTTP {status}{phrase} (not retried): {said}", retryable=False)
+        overflow = is_context_overflow(_body_error(body))
+        return self._error(
+            f"HTTP {status}{phrase} (not retried): {said}", retryable=False, context_overflow=overflow
+        )
 
-    def in_stream(self, said: str, status: int | None) -> ProviderError:
-        """An error event inside a stream that began well; ``status`` when the vendor gives one."""
+    def in_stream(self, said: str, status: int | None, *, error: object = None) -> ProviderError:
+        """An error event inside a stream that began well; ``status`` when the vendor gives one.
+
+        ``error``: the vendor's error object, to tell a context overflow.
+        """
         # Without a status the failure is the server's, mid-answer: worth another try.
         retryable = status is None or is_retryable_status(status)
         note = "" if retryable else " (not retried)"
-        return self._error(f"error event in the response stream{note}: {_shorten(said)}", retryable=retryable)
+        return self._error(
+            f"error event in the response stream{note}: {_shorten(said)}",
+            retryable=retryable,
+            context_overflow=not retryable and is_context_overflow(error),
+        )
 
     def transport(self, exc: httpx.TransportError, url: httpx.URL) -> ProviderError:
         """A network failure. Everything but an unusable URL is retryable."""

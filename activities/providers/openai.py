@@ -269,7 +269,7 @@ def _stream_error(failures: Failures, error: Any) -> Exception:
         code = error.get("code")
         status = code if isinstance(code, int) else None
         said = error.get("message")
-        return failures.in_stream(said if isinstance(said, str) else json.dumps(error), status)
+        return failures.in_stream(said if isinstance(said, str) else json.dumps(error), status, error=error)
     return failures.in_stream(str(error), None)
 
 

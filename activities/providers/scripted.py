@@ -82,7 +82,10 @@ class ScriptedProvider:
         return cls(name, load_script(config.script), key)
 
     async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
-        step = sum(1 for m in call.messages if m.role == "assistant")
+        # after a summary the request holds fewer turns than the run has made: the step says
+        step = call.step if call.step is not None else sum(1 for m in call.messages if m.role == "assistant")
+        if call.purpose == "summary" and not self._answers_summaries(step):
+            return self._summary(call)
         if step >= len(self.script.responses):
             raise ProviderError(
                 f"scripted model {self.name}/{model} has {len(self.script.responses)} "
@@ -104,6 +107,18 @@ class ScriptedProvider:
             usage=scripted.usage,
             stop_reason="tool_use" if scripted.tool_calls else "end_turn",
         )
+
+    def _answers_summaries(self, step: int) -> bool:
+        """Whether the script has a text-only answer for this summary request (a script
+        written for a ``compaction_model``); a script of tool steps does not."""
+        responses = self.script.responses
+        return step < len(responses) and bool(responses[step].text) and not responses[step].tool_calls
+
+    @staticmethod
+    def _summary(call: ModelCallInput) -> ModelResponse:
+        """A script of tool steps answers a summary request with a fixed summary that says so."""
+        text = f"Scripted summary of a request of {len(call.messages)} message(s)."
+        return ModelResponse(message=Message(role="assistant", content=(TextBlock(text=text),)))
 
     def _arguments(self, call: ScriptedToolCall, model: str) -> dict[str, Any]:
         """The call's arguments within ``json_limits``; a script answers the same way every

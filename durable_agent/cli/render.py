@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from durable_agent.core.models import (
+    BudgetExhaustedEvent,
     CheckpointExportedEvent,
     CheckpointExportFailedEvent,
     EndEvent,
@@ -20,8 +21,9 @@ from durable_agent.core.models import (
     TokenUsage,
     ToolEndEvent,
     ToolStartEvent,
+    UserMessageEvent,
 )
-from durable_agent.core.run_api import AgentRunResult, RunStatusView
+from durable_agent.core.run_api import AgentRunResult, Budget, RunStatusView
 from durable_agent.core.tool_specs import BUILTIN_TOOLS
 
 DIGEST_HEX_SHOWN = 16
@@ -53,6 +55,13 @@ def main_argument(tool: str, arguments: dict[str, Any]) -> str:
 def _one_line(text: str, limit: int = 160) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def budget_line(budget: Budget) -> str:
+    """Usage against one budget in one line."""
+    if budget.budget == "cost":
+        return f"${budget.used:.4f} of ${budget.limit:g} (max_cost_usd)"
+    return f"{budget.used:g} of {budget.limit:g} tokens (max_total_tokens)"
 
 
 def usage_line(usage: TokenUsage) -> str:
@@ -145,6 +154,12 @@ class EventPrinter:
             self._line(f"! checkpoint {event.operation} failed at turn {event.turn}: {event.reason}")
         elif isinstance(event, ErrorEvent):
             self._line(f"! error: {event.message}")
+        elif isinstance(event, UserMessageEvent):
+            label = {"follow_up": "prompt", "steer": "steer", "resume_prompt": "resume prompt"}[event.kind]
+            self._line(f"» {label}: {_one_line(event.text)}")
+        elif isinstance(event, BudgetExhaustedEvent):
+            used = Budget(budget=event.budget, used=event.used, limit=event.limit)
+            self._line(f"$ budget exhausted: {budget_line(used)}; the run stops here")
         elif isinstance(event, EndEvent):
             self._line(f"■ run ended: {event.status}")
 
@@ -195,6 +210,7 @@ def print_status(view: RunStatusView, out: TextIO | None = None) -> None:
         ("last export", view.last_content_digest or "-"),
         ("tokens", usage_line(view.usage)),
     ]
+    rows += [("budget", budget_line(budget)) for budget in view.budgets]
     for pending in view.pending_approvals:
         target = f" {pending.target}" if pending.target else ""
         rows.append(

@@ -12,6 +12,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import Field
 
+from durable_agent.core.context import ContextLedger
 from durable_agent.core.export import CapabilityBinding, ExportDescriptor, ResumedFrom, RunRecord, RunStatus
 from durable_agent.core.models import (
     EventRecord,
@@ -50,13 +51,18 @@ class ResolveInput(Frozen):
 
 
 class ModelCallInput(Frozen):
-    """One model step as a provider sees it: the whole conversation (never an activity input)."""
+    """One model request as a provider sees it (never an activity input): the conversation as
+    the model sees it, which after a compaction is not the whole transcript."""
 
     run_id: str
     model: str
     system_prompt: str
     messages: tuple[Message, ...]
     tools: tuple[ToolDefinition, ...]
+    # The run's model step (0-based: assistant messages in the whole transcript); None: count them.
+    step: int | None = None
+    # "summary": the request asks for a summary of older turns (``agent.compact``).
+    purpose: Literal["step", "summary"] = "step"
 
 
 class ToolCallInput(Frozen):
@@ -123,6 +129,26 @@ class ResumePoint(Frozen):
     usage: TokenUsage
     due_calls: tuple[ToolUseBlock, ...] = ()
     open_results: bool = False
+    # the file's conversation measured, with the source run's newest view (context management)
+    context: ContextLedger | None = None
+
+
+class CompactInput(Frozen):
+    """Summarize ``messages[1:upto]`` of the run's conversation (the log at ``log``, plus
+    ``pending``) as the model sees it now, with ``model`` ("provider/model")."""
+
+    run_id: str
+    model: str
+    log: LogRef
+    pending: LogDelta = LogDelta()
+    upto: int = Field(ge=2)
+    max_summary_tokens: int = Field(ge=1)
+    budget_tokens: int = Field(ge=1)  # how much of the conversation the summarizing request holds
+
+
+class CompactOutput(Frozen):
+    summary: str
+    usage: TokenUsage = TokenUsage()
 
 
 class SaveCheckpointInput(Frozen):
@@ -243,6 +269,18 @@ MODEL_CALL = ActivityDecl[ModelStepInput, ModelResponse](
         maximum_interval_seconds=60,
     ),
 )
+COMPACT = ActivityDecl[CompactInput, CompactOutput](
+    "agent.compact",
+    CompactInput,
+    CompactOutput,
+    lambda t: ActivityOptions(
+        start_to_close_seconds=t.model_seconds,
+        maximum_attempts=t.model_max_attempts,
+        heartbeat_seconds=t.heartbeat_seconds,
+        initial_interval_seconds=2,
+        maximum_interval_seconds=60,
+    ),
+)
 TOOL_CALL = ActivityDecl[ToolCallInput, ToolOutput](
     "agent.tool_call",
     ToolCallInput,
@@ -276,6 +314,7 @@ ACTIVITIES: tuple[ActivityDecl[Any, Any], ...] = (
     READ_RESUME,
     OPEN_RUN,
     MODEL_CALL,
+    COMPACT,
     TOOL_CALL,
     SAVE_CHECKPOINT,
     EXPORT_CHECKPOINT,

@@ -19,15 +19,19 @@ from typing import Literal
 from durable_agent.core import legacy
 from durable_agent.core.activity_api import FinishRunInput, ResumePoint
 from durable_agent.core.canonical import digest_of
+from durable_agent.core.context import ContextLedger, fixed_tokens
 from durable_agent.core.export import ExportDescriptor, LoopCheckpoint, RunStatus
 from durable_agent.core.models import (
     AgentEvent,
+    BudgetExhaustedEvent,
     CheckpointExportedEvent,
     CheckpointExportFailedEvent,
+    ContextCompactedEvent,
     EndEvent,
     EventRecord,
     Message,
     ModelResponse,
+    ModelUsageEvent,
     PersistenceFailedEvent,
     RunStartEvent,
     TextBlock,
@@ -36,10 +40,12 @@ from durable_agent.core.models import (
     ToolEndEvent,
     ToolResultBlock,
     ToolUseBlock,
+    UserMessageEvent,
 )
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_api import (
     AgentRunResult,
+    Budget,
     CarriedState,
     ExportFailure,
     ExportRef,
@@ -72,11 +78,15 @@ class LoopState:
         *,
         resume: LoopCheckpoint | None = None,
         point: ResumePoint | None = None,
+        context: ContextLedger | None = None,
     ) -> None:
         """A new run of ``plan``; with ``resume``, one that goes on from that checkpoint's
-        conversation; with ``point``, from the conversation of an export file on the worker."""
+        conversation; with ``point``, from the conversation of an export file on the worker.
+        ``context``: the resumed run's view and last usage report (its messages are measured
+        as they enter the log); a ``point`` brings its own."""
         self._counters(plan, now_ms, ())
         self._due_calls: list[ToolUseBlock]
+        self._last_role: Literal["user", "assistant"]
         self.seed_export: ExportSeed | None  # the export that holds this execution's seed
         if point is not None:
             # the file's conversation goes to the store as log version 1, not through the history
@@ -85,6 +95,8 @@ class LoopState:
             self.seed_export = point.seed
             self.usage, self.open_results = point.usage, point.open_results
             self._due_calls = list(point.due_calls)
+            # an export is made at a tool boundary: its conversation ends in tool results
+            self._last_role = "user" if point.open_results else "assistant"
         else:
             if resume is None:
                 first = [Message(role="user", content=(TextBlock(text=plan.prompt),))]
@@ -95,6 +107,7 @@ class LoopState:
             self._start_log(LogRef(run_id=plan.run_id, version=0), first)
             self.open_results = ends_in_results(first)
             self._due_calls = unanswered_calls(first)
+            self._last_role = first[-1].role if first else "user"
         source = plan.resumed_from
         lineage = (
             f"{source.session_id}/{source.run_id} at turn {source.turn}, {source.content_digest}"
@@ -102,6 +115,7 @@ class LoopState:
             else None
         )
         self.emit(RunStartEvent(prompt=plan.prompt, model=plan.model, resumed_from=lineage), now_ms)
+        self._start_context(point.context if point is not None else context, now_ms)
 
     def _counters(self, plan: RunPlan, now_ms: int, prior_run_ids: tuple[str, ...]) -> None:
         self.plan = plan
@@ -123,6 +137,15 @@ class LoopState:
         self.step_message: str | None = None
         self.last_export: ExportSeed | None = None  # the newest export this run delivered
         self.seed_export = None
+        # conversations and budgets: the user messages waiting for the next model request, the
+        # role of the conversation's last message, this run's own usage (a resumed run's
+        # ``usage`` goes on from its export's), and how the run ended as its host sees it
+        self._queued: list[UserMessageEvent] = []
+        self._last_role = "user"
+        self.run_usage = TokenUsage()
+        self.final_status: FinalStatus | None = None
+        # context management (``durable_agent.core.context``): the ledger at the log's head
+        self.context: ContextLedger | None = None
 
     def _start_log(self, seed: LogRef, messages: list[Message]) -> None:
         # the log as this execution found it; the store holds it (or the run's last export does)
@@ -131,7 +154,8 @@ class LoopState:
         self.stored = seed  # the newest entry the store acknowledged
         self.journal: list[LogEntry] = []  # this execution's entries, oldest first
         self._new_messages: list[Message] = messages
-        self._new_results: list[ToolResultBlock] = []  # for the last message already in the log
+        # for the last message already in the log: tool results, then a user's text
+        self._new_results: list[ToolResultBlock | TextBlock] = []
         self._new_events: list[EventRecord] = []
         # what the tool and model activities kept in the store since the last save
         self.staged_ids: set[str] = set()
@@ -149,6 +173,7 @@ class LoopState:
 
     def add_model_response(self, response: ModelResponse, now_ms: int) -> list[ToolUseBlock]:
         """Record the assistant's step; return the tool calls it asks for."""
+        self._record_model_usage(response, now_ms)
         self._new_messages.append(response.message)
         # the staged message's digest: the step's tool calls may read long arguments from it
         self.step_message = digest_of(response.message) if response.staged else None
@@ -157,6 +182,8 @@ class LoopState:
         self.open_results = False
         self._due_calls = response.message.tool_uses()
         self.usage = self.usage + response.usage
+        self.run_usage = self.run_usage + response.usage
+        self._last_role = "assistant"
         text = response.message.text()
         if text:
             self.emit(TextDeltaEvent(text=text), now_ms)
@@ -190,7 +217,145 @@ class LoopState:
         else:
             self._new_results.append(block)
         self.open_results = True
+        self._last_role = "user"
         self.turn += 1
+
+    # --- conversations: what a person adds -------------------------------------
+
+    def queue_user_text(self, text: str, kind: Literal["follow_up", "steer", "resume_prompt"]) -> int:
+        """Keep a user message for the model's next request (``take_queued`` adds it then);
+        how many wait now."""
+        self._queued.append(UserMessageEvent(kind=kind, text=text))
+        return len(self._queued)
+
+    def queued_count(self) -> int:
+        return len(self._queued)
+
+    def take_queued(self, now_ms: int) -> int:
+        """Add the queued user messages to the conversation, before a model request."""
+        queued, self._queued = self._queued, []
+        for item in queued:
+            self.add_user_text(item.text, item.kind, now_ms)
+        return len(queued)
+
+    def add_user_text(
+        self, text: str, kind: Literal["follow_up", "steer", "resume_prompt"], now_ms: int
+    ) -> None:
+        """A person's message, with its ``user_message`` event. Roles alternate: after a user
+        message (the prompt, or a step's tool results) the text joins it as a text block."""
+        block = TextBlock(text=text)
+        if self._last_role != "user":
+            self._new_messages.append(Message(role="user", content=(block,)))
+        elif self._new_messages:
+            last = self._new_messages[-1]
+            self._new_messages[-1] = Message(role="user", content=(*last.content, block))
+        else:
+            self._new_results.append(block)
+        self._last_role = "user"
+        self.open_results = False
+        self.emit(UserMessageEvent(kind=kind, text=text), now_ms)
+
+    def ends_with_answer(self) -> bool:
+        """The conversation ends with the model's answer: it needs a user message before the
+        model is asked again."""
+        return self._last_role == "assistant" and not self._due_calls and not self._queued
+
+    # --- budgets ----------------------------------------------------------------
+
+    def run_cost_usd(self) -> float | None:
+        """This run's cost from the model's prices, or None when they are not known."""
+        plan = self.plan
+        if plan.input_usd_per_mtok is None or plan.output_usd_per_mtok is None:
+            return None
+        usage = self.run_usage
+        return (
+            usage.prompt_tokens * plan.input_usd_per_mtok + usage.completion_tokens * plan.output_usd_per_mtok
+        ) / 1_000_000
+
+    def budgets(self) -> tuple[Budget, ...]:
+        """This run's usage against each of its budgets."""
+        plan, out = self.plan, []
+        if plan.max_total_tokens is not None:
+            out.append(Budget(budget="tokens", used=self.run_usage.total_tokens, limit=plan.max_total_tokens))
+        if plan.max_cost_usd is not None:
+            out.append(Budget(budget="cost", used=self.run_cost_usd() or 0.0, limit=plan.max_cost_usd))
+        return tuple(out)
+
+    def exhausted_budget(self) -> Budget | None:
+        """The first budget this run has reached, if any."""
+        return next((b for b in self.budgets() if b.used >= b.limit), None)
+
+    def record_budget_exhausted(self, budget: Budget, now_ms: int) -> str:
+        """The run stops here for ``budget``; the error its run record carries."""
+        self.emit(BudgetExhaustedEvent(budget=budget.budget, used=budget.used, limit=budget.limit), now_ms)
+        if budget.budget == "tokens":
+            return f"budget exhausted: {budget.used:g} tokens used of max_total_tokens={budget.limit:g}"
+        return f"budget exhausted: ${budget.used:.4f} used of max_cost_usd={budget.limit:g}"
+
+    # --- context management ----------------------------------------------------------
+
+    def _start_context(self, seed: ContextLedger | None, now_ms: int) -> None:
+        """The ledger of a new run (with a resumed run's view and usage report); a resumed
+        run's view goes on, re-emitted as its own ``context_compacted`` event."""
+        policy = self.plan.context
+        if policy is not None:
+            self.context = seed if seed is not None else ContextLedger()
+        if seed is not None and seed.view.version > 0:
+            now = self.context_now()
+            size = now.estimate(self.context_fixed()) if now is not None else 0
+            event = ContextCompactedEvent(
+                tier="resumed",
+                reason="resumed",
+                view=seed.view,
+                tokens_before=size,
+                tokens_after=size,
+                window=policy.window if policy is not None else 0,
+            )
+            self.emit(event, now_ms)
+
+    def context_now(self) -> ContextLedger | None:
+        """The ledger with what is not saved yet: what the next model request holds."""
+        if self.context is None:
+            return None
+        delta = self.pending()
+        return self.context.applied(delta.extend_last, delta.messages)
+
+    def context_fixed(self) -> int:
+        """The estimate of what every request holds besides messages: system prompt, tools."""
+        return fixed_tokens(self.plan.system_prompt, self.plan.definitions())
+
+    def record_compaction(self, event: ContextCompactedEvent, usage: TokenUsage, now_ms: int) -> None:
+        """The model's view changed (``event.view`` from now on); ``usage``: a summary's cost."""
+        if self.context is not None:
+            self.context = self.context.compacted(event.view)
+        self.usage = self.usage + usage
+        self.run_usage = self.run_usage + usage
+        self.emit(event, now_ms)
+
+    def _record_model_usage(self, response: ModelResponse, now_ms: int) -> None:
+        """A managed run's ``model_usage`` event: the provider's count against the estimate."""
+        ledger = self.context_now()
+        if ledger is None or self.context is None:
+            return
+        estimate = ledger.estimate(self.context_fixed())
+        self.context = self.context.answered(response.usage.prompt_tokens, estimate)
+        event = ModelUsageEvent(
+            step=self.context.steps,
+            usage=response.usage,
+            estimated_tokens=estimate,
+            view_version=self.context.view.version,
+        )
+        self.emit(event, now_ms)
+
+    def _context_status(self) -> dict[str, int]:
+        ledger, policy = self.context_now(), self.plan.context
+        if ledger is None or policy is None:
+            return {}
+        return {
+            "compactions": ledger.compactions,
+            "context_tokens": ledger.size(self.context_fixed()),
+            "context_window": policy.window,
+        }
 
     def pending(self) -> LogDelta:
         """What is new since the last entry."""
@@ -208,6 +373,8 @@ class LoopState:
         entry = LogEntry.after(self.head, delta)
         self.journal.append(entry)
         self.head = entry.ref(self.plan.run_id)
+        if self.context is not None:
+            self.context = self.context.applied(delta.extend_last, delta.messages)
         self._new_messages, self._new_results, self._new_events = [], [], []
         return entry
 
@@ -294,6 +461,10 @@ class LoopState:
         state.open_results = carried.open_results
         state._due_calls = list(carried.due_calls)
         state.step_message = carried.step_message
+        state._queued = list(carried.queued)
+        state.run_usage = carried.run_usage if carried.run_usage is not None else carried.usage
+        state.context = carried.context if carried.plan.context is not None else None
+        state._last_role = "user" if carried.open_results else "assistant"
         state._start_log(carried.log, [])
         state._new_events = list(carried.pending_events)
         for entry in journal:
@@ -323,6 +494,9 @@ class LoopState:
             due_calls=tuple(self._due_calls),
             step_message=self.step_message,
             prior_run_ids=self.prior_run_ids,
+            queued=tuple(self._queued),
+            run_usage=self.run_usage,
+            context=self.context,
         )
 
     def can_carry(self) -> bool:
@@ -335,9 +509,12 @@ class LoopState:
         return list(self._due_calls)
 
     def finish(self, status: FinalStatus, now_ms: int, error: str | None = None) -> None:
-        self.status = status
+        # the export contract's run statuses are fixed: a budget's stop is ``failed`` there
+        self.final_status = status
+        ended = "failed" if status == "budget_exhausted" else status
+        self.status = ended
         self.error = error
-        self.emit(EndEvent(status=status, text=self.final_text, usage=self.usage), now_ms)
+        self.emit(EndEvent(status=ended, text=self.final_text, usage=self.usage), now_ms)
 
     # --- what activities are given ----------------------------------------------
 
@@ -386,12 +563,20 @@ class LoopState:
         return self.events[start:]
 
     def status_view(
-        self, cancel_requested: bool, pending_approvals: tuple[PendingApproval, ...] = ()
+        self,
+        cancel_requested: bool,
+        pending_approvals: tuple[PendingApproval, ...] = (),
+        awaiting_prompt: bool = False,
     ) -> RunStatusView:
+        status: str = self.final_status or self.status
+        if pending_approvals:
+            status = "awaiting_approval"
+        elif awaiting_prompt:
+            status = "awaiting_prompt"
         return RunStatusView(
             session_id=self.plan.session_id,
             run_id=self.plan.run_id,
-            status="awaiting_approval" if pending_approvals else self.status,
+            status=status,
             model=self.plan.model,
             turn=self.turn,
             tool_calls=self.turn,
@@ -403,14 +588,17 @@ class LoopState:
             pending_approvals=pending_approvals,
             usage=self.usage,
             error=self.error,
+            budgets=self.budgets(),
+            event_count=self.event_count,
+            **self._context_status(),
         )
 
     def result(self) -> AgentRunResult:
-        assert self.status in ("completed", "failed", "cancelled")
+        assert self.final_status is not None
         return AgentRunResult(
             session_id=self.plan.session_id,
             run_id=self.plan.run_id,
-            status=self.status,
+            status=self.final_status,
             text=self.final_text,
             error=self.error,
             tool_calls_count=self.turn,

@@ -214,6 +214,60 @@ class PersistenceFailedEvent(Frozen):
     reason: str
 
 
+class ContextView(Frozen):
+    """What of the conversation the model sees; the full transcript stays in the log.
+
+    ``durable_agent.core.context`` turns the transcript and a view into the
+    messages of a model request. A view is cumulative: the newest one (the last
+    ``context_compacted`` event) is the whole truth.
+    """
+
+    version: int = 0  # how many compactions made it
+    elided: tuple[str, ...] = ()  # tool-use ids whose results the model sees as a short stub
+    summary: str | None = None  # stands for messages[1 : 1 + summarized] (the prompt stays)
+    summarized: int = 0
+
+
+class ContextCompactedEvent(Frozen):
+    """The run made the model's view of its conversation smaller before asking it."""
+
+    type: Literal["context_compacted"] = "context_compacted"
+    tier: Literal["elide", "summarize", "resumed"]
+    reason: Literal["threshold", "overflow", "resumed"]
+    view: ContextView  # the view from now on
+    elided_now: tuple[str, ...] = ()  # the tool results this compaction took out of view
+    tokens_before: int = 0  # the request's estimated size before and after
+    tokens_after: int = 0
+    window: int = 0  # the model's context window
+
+
+class ModelUsageEvent(Frozen):
+    """One model request: what the provider reported, and what the run had estimated."""
+
+    type: Literal["model_usage"] = "model_usage"
+    step: int
+    usage: TokenUsage
+    estimated_tokens: int = 0
+    view_version: int = 0
+
+
+class UserMessageEvent(Frozen):
+    """A person added to the conversation: a follow-up, a steer, or a resume's prompt."""
+
+    type: Literal["user_message"] = "user_message"
+    kind: Literal["follow_up", "steer", "resume_prompt"]
+    text: str
+
+
+class BudgetExhaustedEvent(Frozen):
+    """The run reached a budget and stops at this boundary."""
+
+    type: Literal["budget_exhausted"] = "budget_exhausted"
+    budget: Literal["tokens", "cost"]
+    used: float
+    limit: float
+
+
 class ErrorEvent(Frozen):
     type: Literal["error"] = "error"
     message: str
@@ -239,7 +293,11 @@ AgentEvent = Annotated[
     | CheckpointExportFailedEvent
     | PersistenceFailedEvent
     | ErrorEvent
-    | EndEvent,
+    | EndEvent
+    | ContextCompactedEvent
+    | ModelUsageEvent
+    | UserMessageEvent
+    | BudgetExhaustedEvent,
     Field(discriminator="type"),
 ]
 

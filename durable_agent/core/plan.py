@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from durable_agent.core.context import ContextPolicy
 from durable_agent.core.export import CapabilityBinding, ResumedFrom
 from durable_agent.core.models import Frozen, ToolDefinition
 from durable_agent.core.permissions import PermissionPolicy
@@ -65,9 +66,19 @@ class RunPlan(Frozen):
     export_sink: str
     max_tool_rounds: int
     approval_timeout_seconds: float | None = None
+    # Conversations and budgets (``durable_agent.core.loop``): how long a run with follow-ups
+    # waits for the next prompt (None: for ever); the run's token and cost budgets (None: none);
+    # the model's prices in USD per million prompt and completion tokens (None: unknown).
+    idle_timeout_seconds: float | None = None
+    max_total_tokens: int | None = None
+    max_cost_usd: float | None = None
+    input_usd_per_mtok: float | None = None
+    output_usd_per_mtok: float | None = None
     resumed_from: ResumedFrom | None = None
     timeouts: Timeouts = Timeouts()
     limits: Limits = Limits()
+    # None: no context management (what replays of runs recorded before it see)
+    context: ContextPolicy | None = None
 
     def definitions(self) -> list[ToolDefinition]:
         return [t.definition for t in self.tools]

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from durable_agent.core.context import ContextLedger
 from durable_agent.core.export import (
     CheckpointPayload,
     ExportError,
@@ -18,7 +19,14 @@ from durable_agent.core.export import (
     SessionCheckpointExportV1,
     open_export,
 )
-from durable_agent.core.models import EventRecord, Frozen, Message, TokenUsage, ToolUseBlock
+from durable_agent.core.models import (
+    EventRecord,
+    Frozen,
+    Message,
+    TokenUsage,
+    ToolUseBlock,
+    UserMessageEvent,
+)
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_log import ExportSeed, LogRef
@@ -28,12 +36,15 @@ SIGNAL_CANCEL = "cancel"
 QUERY_STATUS = "status"
 QUERY_EVENTS = "events"
 UPDATE_APPROVE = "approve"
+UPDATE_PROMPT = "prompt"  # a follow-up prompt to a run that waits for one
+UPDATE_STEER = "steer"  # a user message the model sees at its next request
+SIGNAL_END = "end"  # close a conversation that waits for a prompt
 
 # Search attributes the worker registers (Keyword) and the workflow keeps current.
 SA_SESSION_ID = "AgentSessionId"
 SA_RUN_STATUS = "AgentRunStatus"
 
-FinalStatus = Literal["completed", "failed", "cancelled"]
+FinalStatus = Literal["completed", "failed", "cancelled", "budget_exhausted"]
 
 
 class RunSettings(BaseModel):
@@ -48,6 +59,13 @@ class RunSettings(BaseModel):
     max_tool_rounds: int | None = Field(None, ge=1, le=10_000)
     approval_timeout_seconds: float | None = Field(
         None, gt=0, description="How long a call that needs approval waits before it is denied."
+    )
+    idle_timeout_seconds: float | None = Field(
+        None, gt=0, description="With follow_ups: how long the run waits for the next prompt."
+    )
+    max_total_tokens: int | None = Field(None, ge=1, description="The run's token budget.")
+    max_cost_usd: float | None = Field(
+        None, gt=0, description="The run's cost budget, from the model's prices in the worker config."
     )
 
     @field_validator("model")
@@ -80,6 +98,9 @@ class AgentRunInput(RunSettings):
     )
     force_resume: bool = Field(
         False, description="Resume even where the worker's tools or permissions differ from the export's."
+    )
+    follow_ups: bool = Field(
+        False, description="After the final answer, wait for the next prompt (update `prompt`) or `end`."
     )
     continued: CarriedState | None = Field(
         None, description="Set by the run itself when it continues as new; not for callers."
@@ -143,6 +164,52 @@ class ApprovalDecision(Frozen):
     )
 
 
+class FollowUpPrompt(Frozen):
+    """The ``prompt`` update's input: the next user message of a run that waits for one."""
+
+    text: str = Field(min_length=1)
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text must not be blank")
+        return value
+
+
+class PromptAccepted(Frozen):
+    """What the ``prompt`` update returns: the turn starts; its events follow ``after_sequence``."""
+
+    after_sequence: int
+
+
+class SteerMessage(Frozen):
+    """The ``steer`` update's input: a user message the model sees at its next request."""
+
+    text: str = Field(min_length=1)
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text must not be blank")
+        return value
+
+
+class SteerAccepted(Frozen):
+    """What the ``steer`` update returns: the message waits for the model's next request."""
+
+    queued: int  # how many user messages wait for that request, this one included
+
+
+class Budget(Frozen):
+    """Usage against one budget, as ``status`` shows it."""
+
+    budget: Literal["tokens", "cost"]
+    used: float
+    limit: float
+
+
 class ApprovalAnswer(Frozen):
     """What the ``approve`` update returns to the person who decided."""
 
@@ -183,6 +250,13 @@ class RunStatusView(Frozen):
     pending_approvals: tuple[PendingApproval, ...] = ()
     usage: TokenUsage = TokenUsage()
     error: str | None = None
+    budgets: tuple[Budget, ...] = ()  # usage against the run's budgets (this run's own usage)
+    event_count: int = 0  # the sequence of the run's newest event
+    # context management: compactions so far, the next request's size by the run's estimate
+    # (``durable_agent.core.context``), the model's window (0: not managed)
+    compactions: int = 0
+    context_tokens: int = 0
+    context_window: int = 0
 
 
 class AgentRunResult(Frozen):
@@ -225,6 +299,9 @@ class CarriedState(Frozen):
     due_calls: tuple[ToolUseBlock, ...] = ()  # the step's calls still to make
     step_message: str | None = None  # the digest of their message, when its activity staged it
     prior_run_ids: tuple[str, ...] = ()
+    queued: tuple[UserMessageEvent, ...] = ()  # user messages waiting for the next model request
+    run_usage: TokenUsage | None = None  # this run's own usage, for its budgets (None: ``usage``)
+    context: ContextLedger | None = None  # the context ledger (None: context not managed)
     # Carried whole by runs recorded before linear history; replayed, never written.
     messages: tuple[Message, ...] = ()
     prior_runs: tuple[RunRecord, ...] = ()

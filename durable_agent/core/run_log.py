@@ -39,6 +39,7 @@ from durable_agent.core.models import (
     EventRecord,
     Frozen,
     Message,
+    TextBlock,
     TokenUsage,
     ToolDefinition,
     ToolResultBlock,
@@ -76,12 +77,13 @@ class LogDelta(Frozen):
     ``messages``, ``events``.
 
     ``extend_last`` holds tool results for the last message already in the log
-    (the results of one model step share one user message). With ``replace``,
+    (the results of one model step share one user message), and a person's text
+    that joins them (a steer, a follow-up). With ``replace``,
     the entry is a whole state, not an addition (a run's seed from elsewhere).
     """
 
     replace: bool = False
-    extend_last: tuple[ToolResultBlock, ...] = ()
+    extend_last: tuple[ToolResultBlock | TextBlock, ...] = ()
     messages: tuple[Message, ...] = ()
     events: tuple[EventRecord, ...] = ()
 
@@ -94,7 +96,7 @@ class LogDelta(Frozen):
         return sha256_digest(f"{parent}\n{body.hexdigest()}".encode())
 
     def results(self) -> Iterable[ToolResultBlock]:
-        yield from self.extend_last
+        yield from (b for b in self.extend_last if isinstance(b, ToolResultBlock))
         for message in self.messages:
             yield from (b for b in message.content if isinstance(b, ToolResultBlock))
 
@@ -132,7 +134,9 @@ class LogDelta(Frozen):
     def with_results(self, contents: dict[str, str]) -> LogDelta:
         """This delta with the content of the named tool results replaced."""
 
-        def put(block: ToolResultBlock) -> ToolResultBlock:
+        def put(block: ToolResultBlock | TextBlock) -> ToolResultBlock | TextBlock:
+            if not isinstance(block, ToolResultBlock):
+                return block
             content = contents.get(block.tool_use_id)
             return block if content is None else block.model_copy(update={"content": content})
 
