@@ -26,6 +26,7 @@ from durable_agent.core.models import (
     UserMessageEvent,
 )
 from durable_agent.core.run_api import AgentRunResult
+from durable_agent.core.run_log import RunLog
 from durable_agent.core.tool_specs import ToolArgs, ToolSpec
 from tests.helpers import (
     RecordingProvider,
@@ -270,3 +271,29 @@ async def test_chat_through_stdin(client: Client, tmp_path: Path) -> None:
     assert "first answer" in text and "second answer" in text
     assert text.index("first answer") < text.index("» prompt: and then?") < text.index("second answer")
     assert "Result: completed" in text
+
+
+async def test_a_run_waiting_for_a_prompt_has_its_answer_in_the_store(client: Client, tmp_path: Path) -> None:
+    """Turns without tool calls reach the store before the run waits, so no later model
+    request carries them again as unsaved."""
+    ws = workspace_with(tmp_path, {"a.txt": "alpha\n"})
+    config = scripted_config(tmp_path, [final("first"), final("second")])
+    acts, model, _sink = recording(config)
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, ws, "say something", follow_ups=True)
+        await awaiting_prompt(handle)
+        run_id = handle.first_execution_run_id
+        assert run_id is not None
+        head = await acts.store.log_head(run_id)
+        assert head is not None
+        log = RunLog(run_id)
+        log.apply_all(await acts.store.read_log(run_id, 0, head.version))
+        assert [m.text() for m in log.messages] == ["say something", "first"]
+        await send_prompt(handle, "and again")
+        await status_when(
+            handle, lambda s: s.status == "awaiting_prompt" and len(model.seen) == 2, "a second answer"
+        )
+        await end_conversation(handle)
+        result = await handle.result()
+    assert result.status == "completed" and result.text == "second"
+    assert [m.text() for m in model.seen[1]] == ["say something", "first", "and again"]

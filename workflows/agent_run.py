@@ -278,6 +278,7 @@ class AgentRun:
         """Wait, durably, for the next prompt; ``False`` when ``end``, the idle timeout or a
         cancel closes the conversation (the run completes with its last answer)."""
         timeout = state.plan.idle_timeout_seconds
+        await self._log.keep(state)
         self._awaiting_prompt = True
         self._presence.status(AWAITING_PROMPT)
         wid = workflow.info().workflow_id

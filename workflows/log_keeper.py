@@ -118,6 +118,13 @@ class LogKeeper:
             return
         state.record_export(descriptor, plan.export_sink, sent, now_ms())
 
+    async def keep(self, state: LoopState) -> None:
+        """Save what is new without an export (exports are made at tool boundaries): before a
+        run waits for a person's next prompt, so that a conversation's turns without tool
+        calls reach the store, and no model request carries them again as unsaved."""
+        if state.take_entry() is not None:
+            await self.save(state)
+
     async def save(self, state: LoopState) -> None:
         """Send the store the entries it lacks; what an activity staged goes by its digest."""
         entries = state.unstored()
