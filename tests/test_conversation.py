@@ -297,3 +297,14 @@ async def test_a_run_waiting_for_a_prompt_has_its_answer_in_the_store(client: Cl
         result = await handle.result()
     assert result.status == "completed" and result.text == "second"
     assert [m.text() for m in model.seen[1]] == ["say something", "first", "and again"]
+
+
+async def test_a_cancel_while_waiting_for_a_prompt_is_not_lost(client: Client, tmp_path: Path) -> None:
+    ws = workspace_with(tmp_path, {"a.txt": "alpha\n"})
+    config = scripted_config(tmp_path, [final("first")])
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(client, queue, ws, "say something", follow_ups=True)
+        await awaiting_prompt(handle)
+        await handle.signal("cancel", "enough")
+        result = await handle.result()
+    assert (result.status, result.error, result.text) == ("cancelled", "enough", "first")

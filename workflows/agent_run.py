@@ -275,8 +275,8 @@ class AgentRun:
         return True
 
     async def _await_prompt(self, state: LoopState) -> bool:
-        """Wait, durably, for the next prompt; ``False`` when ``end``, the idle timeout or a
-        cancel closes the conversation (the run completes with its last answer)."""
+        """Wait, durably, for the next prompt; ``False`` when ``end`` or the idle timeout closes
+        the conversation (the run completes with its last answer). A cancel ends it cancelled."""
         timeout = state.plan.idle_timeout_seconds
         await self._log.keep(state)
         self._awaiting_prompt = True
@@ -299,6 +299,7 @@ class AgentRun:
         except asyncio.CancelledError:
             self._cancellation.request(TEMPORAL_CANCEL_REASON)
         self._awaiting_prompt = False
+        self._cancellation.check()  # a cancel ends the conversation as any cancel does: cancelled
         prompt, self._prompt = self._prompt, None
         if prompt is None:
             return False
