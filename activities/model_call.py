@@ -105,7 +105,7 @@ class ModelCalls:
             conversation = run_log.with_pending(pending)
         except StateMissing as exc:
             raise state_missing(exc) from None
-        view = last_view(pending.events) or last_view(run_log.events)
+        view = last_view(pending.events) or run_log.view
         call = ModelCallInput(
             run_id=run_id,
             model=model,

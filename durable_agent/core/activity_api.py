@@ -239,6 +239,17 @@ def _checkpoint(attempts: Callable[[Timeouts], int]) -> Callable[[Timeouts], Act
     )
 
 
+def _model_options(t: Timeouts) -> ActivityOptions:
+    """A model request (a step or a summary): 429s and 5xx back off from 2 s to 60 s."""
+    return ActivityOptions(
+        start_to_close_seconds=t.model_seconds,
+        maximum_attempts=t.model_max_attempts,
+        heartbeat_seconds=t.heartbeat_seconds,
+        initial_interval_seconds=2,
+        maximum_interval_seconds=60,
+    )
+
+
 # Before the plan exists (resolving it, reading an export to resume from) the worker's
 # timeouts are not known yet: these two use fixed options.
 RESOLVE_RUN = ActivityDecl[ResolveInput, RunPlan](
@@ -261,25 +272,13 @@ MODEL_CALL = ActivityDecl[ModelStepInput, ModelResponse](
     "agent.model_call",
     ModelStepInput,
     ModelResponse,
-    lambda t: ActivityOptions(
-        start_to_close_seconds=t.model_seconds,
-        maximum_attempts=t.model_max_attempts,
-        heartbeat_seconds=t.heartbeat_seconds,
-        initial_interval_seconds=2,
-        maximum_interval_seconds=60,
-    ),
+    _model_options,
 )
 COMPACT = ActivityDecl[CompactInput, CompactOutput](
     "agent.compact",
     CompactInput,
     CompactOutput,
-    lambda t: ActivityOptions(
-        start_to_close_seconds=t.model_seconds,
-        maximum_attempts=t.model_max_attempts,
-        heartbeat_seconds=t.heartbeat_seconds,
-        initial_interval_seconds=2,
-        maximum_interval_seconds=60,
-    ),
+    _model_options,
 )
 TOOL_CALL = ActivityDecl[ToolCallInput, ToolOutput](
     "agent.tool_call",

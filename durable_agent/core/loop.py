@@ -209,16 +209,21 @@ class LoopState:
         self._due_calls = [c for c in self._due_calls if c.id != call.id]
         self.emit(ToolEndEvent.of(call.id, call.name, output, is_error), now_ms)
         block = ToolResultBlock(tool_use_id=call.id, content=output, is_error=is_error)
-        if not self.open_results:
+        self._add_user_block(block, join=self.open_results)
+        self.open_results = True
+        self._last_role = "user"
+        self.turn += 1
+
+    def _add_user_block(self, block: ToolResultBlock | TextBlock, *, join: bool) -> None:
+        """``block`` in a user message: a new one, or (``join``) the last one, whether it is
+        new since the last save or already in the log."""
+        if not join:
             self._new_messages.append(Message(role="user", content=(block,)))
         elif self._new_messages:
             last = self._new_messages[-1]
             self._new_messages[-1] = Message(role="user", content=(*last.content, block))
         else:
             self._new_results.append(block)
-        self.open_results = True
-        self._last_role = "user"
-        self.turn += 1
 
     # --- conversations: what a person adds -------------------------------------
 
@@ -243,14 +248,7 @@ class LoopState:
     ) -> None:
         """A person's message, with its ``user_message`` event. Roles alternate: after a user
         message (the prompt, or a step's tool results) the text joins it as a text block."""
-        block = TextBlock(text=text)
-        if self._last_role != "user":
-            self._new_messages.append(Message(role="user", content=(block,)))
-        elif self._new_messages:
-            last = self._new_messages[-1]
-            self._new_messages[-1] = Message(role="user", content=(*last.content, block))
-        else:
-            self._new_results.append(block)
+        self._add_user_block(TextBlock(text=text), join=self._last_role == "user")
         self._last_role = "user"
         self.open_results = False
         self.emit(UserMessageEvent(kind=kind, text=text), now_ms)

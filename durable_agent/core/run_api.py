@@ -164,8 +164,8 @@ class ApprovalDecision(Frozen):
     )
 
 
-class FollowUpPrompt(Frozen):
-    """The ``prompt`` update's input: the next user message of a run that waits for one."""
+class UserText(Frozen):
+    """A person's message to a run: not blank."""
 
     text: str = Field(min_length=1)
 
@@ -175,6 +175,10 @@ class FollowUpPrompt(Frozen):
         if not value.strip():
             raise ValueError("text must not be blank")
         return value
+
+
+class FollowUpPrompt(UserText):
+    """The ``prompt`` update's input: the next user message of a run that waits for one."""
 
 
 class PromptAccepted(Frozen):
@@ -183,17 +187,8 @@ class PromptAccepted(Frozen):
     after_sequence: int
 
 
-class SteerMessage(Frozen):
+class SteerMessage(UserText):
     """The ``steer`` update's input: a user message the model sees at its next request."""
-
-    text: str = Field(min_length=1)
-
-    @field_validator("text")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("text must not be blank")
-        return value
 
 
 class SteerAccepted(Frozen):

@@ -36,6 +36,8 @@ from durable_agent.core.export import (
     SessionSnapshot,
 )
 from durable_agent.core.models import (
+    ContextCompactedEvent,
+    ContextView,
     EventRecord,
     Frozen,
     Message,
@@ -221,6 +223,9 @@ class RunLog:
         self.digest = GENESIS
         self.messages: list[Message] = []
         self.events: list[EventRecord] = []
+        # the newest context_compacted event's view, kept as entries fold in: the model step
+        # reads it each time, and the events grow with the run
+        self.view: ContextView | None = None
 
     @property
     def ref(self) -> LogRef:
@@ -235,7 +240,7 @@ class RunLog:
                 self.ref,
             )
         if delta.replace:
-            self.messages, self.events = [], []
+            self.messages, self.events, self.view = [], [], None
         if delta.extend_last:
             last = self.messages[-1] if self.messages else None
             if last is None or last.role != "user":
@@ -243,6 +248,9 @@ class RunLog:
             self.messages[-1] = last.model_copy(update={"content": (*last.content, *delta.extend_last)})
         self.messages.extend(delta.messages)
         self.events.extend(delta.events)
+        for record in delta.events:
+            if isinstance(record.event, ContextCompactedEvent):
+                self.view = record.event.view
         self.version, self.digest = entry.version, entry.digest
 
     def apply_all(self, entries: Sequence[LogEntry]) -> None:
