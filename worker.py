@@ -50,6 +50,8 @@ def build_worker(
         # Heartbeats carry a streaming model call's text to followers, and a
         # cancel reaches an activity only on a heartbeat's answer: at least one a second.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
+        # A run whose worker died moves to another after 3 s, not Temporal's default 10 s.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
     )
 
 

@@ -77,6 +77,7 @@ class AgentActivities:
         self.tool_call = self.tool_calls.tool_call
         self.save_checkpoint = self.legacy.save_checkpoint
         self.export_checkpoint = self.legacy.export_checkpoint
+        self.checkpoint = self.run_logs.checkpoint
         self.finish_run = self.legacy.finish_run
         self.load_session = self.legacy.load_session
 
@@ -98,6 +99,7 @@ class AgentActivities:
             self.tool_call,
             self.save_checkpoint,
             self.export_checkpoint,
+            self.checkpoint,
             self.finish_run,
             self.load_session,
         ]

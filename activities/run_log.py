@@ -22,8 +22,10 @@ from durable_agent.activities.store.base import SessionStore
 from durable_agent.activities.store.cache import RunStates
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
 from durable_agent.core.activity_api import (
+    CHECKPOINT,
     OPEN_RUN,
     READ_RESUME,
+    CheckpointInput,
     ExportInput,
     FinishRunInput,
     OpenRunInput,
@@ -40,6 +42,7 @@ from durable_agent.core.export import (
     RunRecord,
     SessionCheckpointExportV1,
 )
+from durable_agent.core.export_parts import PartedExport, hash_pieces
 from durable_agent.core.models import TextDeltaEvent
 from durable_agent.core.run_log import (
     GENESIS,
@@ -50,8 +53,8 @@ from durable_agent.core.run_log import (
     LogRef,
     Staged,
     StateMissing,
-    build_export,
     ends_in_results,
+    export_payload,
     run_snapshot,
     unanswered_calls,
 )
@@ -199,15 +202,27 @@ class RunLogs:
         await heartbeating(self.store.save_run_record(record))
         await heartbeating(self.states.drop(record.snapshot.id))
 
+    @activity.defn(name=CHECKPOINT.name)
+    async def checkpoint(self, inp: CheckpointInput) -> ExportDescriptor:
+        """A tool boundary: append what is new to the run's log, then hand the export of the
+        log to the sink; return only once the sink holds it. Run as a local activity: the
+        workflow goes on in the same workflow task."""
+        if inp.save is not None:
+            await self.save_checkpoint(inp.save)
+        return await self.export_checkpoint(inp.export)
+
     async def export_checkpoint(self, inp: ExportInput) -> ExportDescriptor:
         """Build the boundary's export from the run's log and hand it to the sink; return only
         once the sink holds it."""
         return await self.deliver(inp.sink, lambda: self._build_export(inp))
 
     async def deliver(
-        self, sink_name: str, export_of: Callable[[], Awaitable[SessionCheckpointExportV1]]
+        self, sink_name: str, export_of: Callable[[], Awaitable[SessionCheckpointExportV1 | PartedExport]]
     ) -> ExportDescriptor:
-        """Hand the export ``export_of`` makes (validated) to the sink; return once the sink holds it."""
+        """Hand the export ``export_of`` makes (validated) to the sink; return once the sink holds it.
+
+        A sink that takes parts (``PartedSink``) gets them; any other gets the export whole.
+        """
         sink = self.sinks.get(sink_name)
         if sink is None:
             raise ApplicationError(f"export sink {sink_name!r} is not configured", non_retryable=True)
@@ -218,7 +233,12 @@ class RunLogs:
                 f"export failed its own validation: {exc}", type=type(exc).__name__, non_retryable=True
             ) from exc
         try:
-            await heartbeating(sink.deliver(export))
+            deliver_parts = getattr(sink, "deliver_parts", None)
+            if isinstance(export, PartedExport) and deliver_parts is not None:
+                await heartbeating(deliver_parts(export))
+            else:
+                whole = await asyncio.to_thread(export.whole) if isinstance(export, PartedExport) else export
+                await heartbeating(sink.deliver(whole))
         except SinkError as exc:
             raise ApplicationError(
                 f"sink {sink_name!r}: {exc}",
@@ -228,10 +248,17 @@ class RunLogs:
             ) from exc
         return export.descriptor
 
-    async def _build_export(self, inp: ExportInput) -> SessionCheckpointExportV1:
+    async def _build_export(self, inp: ExportInput) -> PartedExport:
+        """The export, encoding only what is new since the run's last one on this worker; its
+        three digests taken on threads at once (each covers the whole content)."""
         try:
             header = await self.states.header(inp.log.run_id)
             run_log = await self.states.read(inp.log)
         except StateMissing as exc:
             raise state_missing(exc) from None
-        return build_export(header, run_log, await self.states.prior_runs(header), inp.facts)
+        payload = export_payload(header, run_log, await self.states.prior_runs(header), inp.facts)
+        draft = self.states.encoder(inp.log.run_id).draft(payload)
+        content, logical, snapshot = await asyncio.gather(
+            *(asyncio.to_thread(hash_pieces, stream) for stream in draft.streams())
+        )
+        return draft.finish(content, logical[0], snapshot[0])

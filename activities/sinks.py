@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from durable_agent.activities.files import write_atomic
+from durable_agent.activities.sink_files import (
+    newest_manifest,
+    read_export_file,
+    whole_document,
+    write_parted,
+)
 from durable_agent.activities.store.base import safe_name
-from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1, load_export
+from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
+from durable_agent.core.export_parts import PartedExport
+
+__all__ = ["ExportSink", "FilesystemExportSink", "PartedSink", "SinkError", "read_export_file"]
 
 
 class SinkError(Exception):
@@ -31,16 +39,29 @@ class ExportSink(Protocol):
     async def deliver(self, export: SessionCheckpointExportV1) -> None: ...
 
 
+class PartedSink(ExportSink, Protocol):
+    """A sink that can also take an export as parts (``durable_agent.core.export_parts``),
+    to store only what is new since the run's last export; the worker then never
+    joins the parts into one string. Same rules as ``deliver``."""
+
+    async def deliver_parts(self, export: PartedExport) -> None: ...
+
+
 class FilesystemExportSink:
-    """One JSON file an export: ``<root>/<session>/<run>/turn-000001-<digest>.json``.
+    """One file an export: ``<root>/<session>/<run>/turn-000001-<digest>.json``.
 
     The name sorts in series order; a second delivery of the same digest finds
-    its file and does nothing. The file holds the descriptor and the content as
-    a string, so anyone can check ``sha256(content)``.
+    its file and does nothing. ``deliver_parts`` (what the worker uses) writes a
+    manifest there and what the boundary added under ``parts/``
+    (``activities/sink_files.py``); ``deliver`` writes the descriptor and the
+    content as one document. ``read_export_file`` and ``fetch`` give either
+    back whole, so anyone can check ``sha256(content)``.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        # the newest manifest written in each run folder, so a boundary need not look for it
+        self._newest: dict[Path, tuple[str, dict[str, Any]]] = {}
 
     def path_for(self, export: SessionCheckpointExportV1) -> Path:
         return self._path(export.descriptor)
@@ -54,15 +75,31 @@ class FilesystemExportSink:
         path = self.path_for(export)
         if path.exists():
             return
-        document = {
-            "descriptor": export.descriptor.model_dump(mode="json"),
-            "content": export.content,
-        }
-        data = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
+        data = whole_document(export)
         try:
             await asyncio.to_thread(write_atomic, path, data)
         except OSError as exc:
             raise SinkError(f"cannot write {path}: {exc}") from exc
+
+    async def deliver_parts(self, export: PartedExport) -> None:
+        path = self._path(export.descriptor)
+        if path.exists():
+            return
+        try:
+            await asyncio.to_thread(self._write_parts, path, export)
+        except OSError as exc:
+            raise SinkError(f"cannot write {path} or its parts: {exc}") from exc
+
+    def _write_parts(self, path: Path, export: PartedExport) -> None:
+        known = self._newest.get(path.parent)
+        parent = (
+            known[1] if known is not None and known[0] < path.name else newest_manifest(path.parent, path)
+        )
+        manifest = write_parted(path, export, parent)
+        if known is None or known[0] < path.name:
+            self._newest[path.parent] = (path.name, manifest)
+        while len(self._newest) > 64:  # runs that ended long ago
+            del self._newest[next(iter(self._newest))]
 
     async def fetch(self, descriptor: ExportDescriptor) -> SessionCheckpointExportV1 | None:
         """The export this sink holds for ``descriptor``, if any (not yet validated)."""
@@ -71,8 +108,3 @@ class FilesystemExportSink:
             return await asyncio.to_thread(read_export_file, path)
         except FileNotFoundError:
             return None
-
-
-def read_export_file(path: Path) -> SessionCheckpointExportV1:
-    """Read a file the filesystem sink wrote, within the JSON limits (call ``open()`` to validate it)."""
-    return load_export(path.read_bytes())

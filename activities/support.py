@@ -36,7 +36,10 @@ async def heartbeating(awaitable: Awaitable[T], details: Callable[[], object] | 
     call's text so far), and heartbeats come often enough for a follower to see
     text appear; the worker's throttle decides how often they reach the server.
     """
-    timeout = activity.info().heartbeat_timeout
+    info = activity.info()
+    if info.is_local:  # a local activity has no heartbeat; its workflow task times it out
+        return await awaitable
+    timeout = info.heartbeat_timeout
     interval = timeout.total_seconds() / 3 if timeout else 5.0
     if details is not None:
         interval = min(interval, LIVE_TEXT_INTERVAL_SECONDS)

@@ -12,6 +12,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -34,6 +35,7 @@ from temporalio.service import RPCError
 from durable_agent.core.activity_api import MODEL_CALL
 from durable_agent.core.export import SessionCheckpointExportV1
 from durable_agent.core.models import EndEvent, EventRecord, LiveText
+from durable_agent.core.plan import WORKFLOW_TASK_SECONDS
 from durable_agent.core.run_api import (
     QUERY_EVENTS,
     QUERY_STATUS,
@@ -157,6 +159,7 @@ async def start_run(
         result_type=AgentRunResult,
         static_summary=summary_of(title),
         static_details=details_of(run),
+        task_timeout=timedelta(seconds=WORKFLOW_TASK_SECONDS),
     )
 
 

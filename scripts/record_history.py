@@ -4,17 +4,21 @@ Run it only for an intended change that breaks replay (ship such a change
 behind ``workflow.patched``, or as a new workflow version, and keep the old
 histories): ::
 
-    python scripts/record_history.py approval tests/histories/agent_run_approval_v3.json
-    python scripts/record_history.py continued tests/histories/agent_run_continued_v3.json
-    python scripts/record_history.py guarded tests/histories/agent_run_guarded_v2.json
-    python scripts/record_history.py compacted tests/histories/agent_run_compacted_v3.json
-    python scripts/record_history.py conversation tests/histories/agent_run_conversation_v3.json
+    python scripts/record_history.py basic tests/histories/agent_run_v4.json
+    python scripts/record_history.py approval tests/histories/agent_run_approval_v4.json
+    python scripts/record_history.py continued tests/histories/agent_run_continued_v4.json
+    python scripts/record_history.py guarded tests/histories/agent_run_guarded_v4.json
+    python scripts/record_history.py compacted tests/histories/agent_run_compacted_v4.json
+    python scripts/record_history.py conversation tests/histories/agent_run_conversation_v4.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
 ``linear-history`` patch. ``*_v2`` are linear. ``*_v3`` come from the 0.2 layout, whose
 commands are the same but whose inputs differ: the plan is resolved without the prompt
 (``ResolveInput.settings``), and a run continues as new without it (its plan carries it).
+``*_v4`` checkpoint each tool boundary in one local activity (``agent.checkpoint``,
+the ``boundary-one-local-checkpoint`` patch) instead of ``agent.save_checkpoint`` then
+``agent.export_checkpoint``; the earlier histories replay the two activities.
 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the

@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import sys
 import uuid
 from dataclasses import dataclass
@@ -126,8 +127,15 @@ async def test_demo_runs_end_to_end_and_its_exports_verify(demo: DemoRun, client
 async def test_verify_names_the_typed_error_of_a_tampered_export(
     demo: DemoRun, client: Client, tmp_path: Path
 ) -> None:
-    original = export_files(demo.folder)[0]
+    manifest = export_files(demo.folder)[0]
+    # the sink holds a manifest and parts; `pack` writes the export as one portable file
+    original = tmp_path / "portable.json"
+    packed = await cli("pack", str(manifest), "-o", str(original), client=client, cwd=tmp_path)
+    assert packed.code == 0, packed.out + packed.err
+    assert f"wrote {original}" in packed.out
     document: dict[str, Any] = json.loads(original.read_text())
+    assert set(document) == {"descriptor", "content"}
+    assert document["descriptor"] == json.loads(manifest.read_text())["descriptor"]
 
     drifted = tmp_path / "content-drift.json"
     changed = {**document, "content": document["content"].replace("calc", "calx", 1)}
@@ -141,11 +149,23 @@ async def test_verify_names_the_typed_error_of_a_tampered_export(
     garbage = tmp_path / "garbage.json"
     garbage.write_text("not an export")
 
+    # a part of the sink's copy damaged on disk
+    damaged = tmp_path / "sink"
+    shutil.copytree(manifest.parent, damaged)
+    for part in (damaged / "parts").iterdir():
+        part.write_bytes(part.read_bytes().replace(b"calc", b"calx"))
+    broken = damaged / export_files(demo.folder)[-1].name
+
     done = await cli(
-        "verify", str(original), str(drifted), str(relabelled), str(garbage), client=client, cwd=tmp_path
+        "verify",
+        *(str(f) for f in (manifest, original, drifted, relabelled, garbage, broken)),
+        client=client,
+        cwd=tmp_path,
     )
     assert done.code == 1
+    assert f"OK {manifest}" in done.out
     assert f"OK {original}" in done.out
+    assert f"FAILED {broken}: ManifestError: part" in done.out, done.out
     assert f"FAILED {drifted}: ContentDrift:" in done.out
     assert f"FAILED {relabelled}: InvalidDescriptor:" in done.out
     assert f"FAILED {garbage}: ValidationError:" in done.out
@@ -306,8 +326,10 @@ async def test_resume_an_export_file_from_the_cli(client: Client, tmp_path: Path
         resumed = await cli(
             "resume", str(turn1), "--workspace", str(ws), client=client, cwd=tmp_path, queue=queue
         )
+        portable = tmp_path / "portable.json"
+        assert (await cli("pack", str(turn1), "-o", str(portable), client=client, cwd=tmp_path)).code == 0
         tampered = tmp_path / "tampered.json"
-        tampered.write_text(turn1.read_text().replace("alpha", "ALPHA"))
+        tampered.write_text(portable.read_text().replace("alpha", "ALPHA"))
         refused = await cli("resume", str(tampered), client=client, cwd=tmp_path, queue=queue)
     assert first.status == "completed"
     assert resumed.code == 0, resumed.err

@@ -17,7 +17,8 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
-from durable_agent.core.export import load_export, tool_end_ids
+from durable_agent.activities.sinks import read_export_file
+from durable_agent.core.export import tool_end_ids
 from durable_agent.core.models import ContextCompactedEvent, ToolResultBlock
 from tests.helpers import running_worker, start, workspace_with
 from tests.test_http_providers import WIRES, http_config, key, loopback_only
@@ -77,7 +78,7 @@ async def test_a_run_of_sixty_20kb_reads_in_a_32k_window_completes_whole(
 
     # the export series: one per boundary, in order, each one verifying
     exports = sorted(
-        (load_export(p.read_bytes()) for p in (tmp_path / "exports").rglob("*.json")),
+        (read_export_file(p) for p in (tmp_path / "exports").rglob("*.json")),
         key=lambda e: e.descriptor.turn,
     )
     assert [e.descriptor.turn for e in exports] == list(range(1, FILES + 1))
@@ -127,7 +128,7 @@ async def test_a_window_smaller_than_configured_is_recovered_from_by_the_servers
     assert refused, "the server's window is smaller than the configured one: some request overflowed"
     assert max(r.tokens for r in server.accepted) <= 16_000
     exports = sorted(
-        (load_export(p.read_bytes()) for p in (tmp_path / "exports").rglob("*.json")),
+        (read_export_file(p) for p in (tmp_path / "exports").rglob("*.json")),
         key=lambda e: e.descriptor.turn,
     )
     last = exports[-1].open()

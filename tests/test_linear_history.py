@@ -14,6 +14,7 @@ from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 from durable_agent.activities import AgentActivities
+from durable_agent.activities.sinks import read_export_file
 from durable_agent.activities.store import FilesystemSessionStore
 from durable_agent.client import resume_run
 from durable_agent.config import AgentConfig
@@ -127,7 +128,7 @@ async def test_a_store_lost_after_continue_as_new_is_seeded_from_the_last_export
     assert not result.persistence_failures and not result.export_failures
     assert [e.turn for e in result.exports] == list(range(1, READS + 2))
     last = sorted((tmp_path / "exports").rglob("turn-*.json"))[-1]
-    content = json.loads(last.read_text())["content"]
+    content = read_export_file(last).content
     assert tool_results(content) == [*(f"r{i}" for i in range(1, READS + 1)), "l1"]
 
 
@@ -172,14 +173,25 @@ async def test_a_store_that_cannot_stage_costs_history_bytes_not_the_run(
     assert result.status == "completed" and not result.persistence_failures, result
     history = await handle.fetch_history()
     assert not any(s.startswith("restore") for s in summaries(history.events))  # no round trip lost
-    # each save carried the output itself
-    saves = [
-        e.activity_task_scheduled_event_attributes.input.payloads[0].data
+    # each tool call's result carried the output itself, and it entered the history once: the
+    # checkpoint (a local activity) records its result, not its input
+    tools = {
+        e.event_id
         for e in history.events
-        if e.activity_task_scheduled_event_attributes.activity_type.name == "agent.save_checkpoint"
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "agent.tool_call"
+    }
+    outputs = [
+        e.activity_task_completed_event_attributes.result.payloads[0].data
+        for e in history.events
+        if e.activity_task_completed_event_attributes.scheduled_event_id in tools
     ]
     size = (ws / "a.txt").stat().st_size
-    assert sum(len(s) > size for s in saves) == READS
+    assert sum(len(s) > size for s in outputs) == READS
+    assert not any(
+        e.activity_task_scheduled_event_attributes.activity_type.name == "agent.save_checkpoint"
+        for e in history.events
+    )
+    assert History(events=history.events).ByteSize() < (READS + 1) * size + 60_000
     results = [
         b
         for m in sink.exports[-1].open().logical_resume.messages

@@ -53,3 +53,21 @@ async def test_a_fresh_run_with_cancel_replays(client: Client, tmp_path: Path) -
         history = await handle.fetch_history()
     replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
     assert replay.replay_failure is None, replay.replay_failure
+
+
+@pytest.mark.parametrize("path", [p for p in HISTORIES if "_v4" in p.name], ids=lambda p: p.name)
+def test_a_v4_history_checkpoints_each_boundary_in_one_local_activity(path: Path) -> None:
+    """Since the ``boundary-one-local-checkpoint`` patch: a marker a boundary, no save/export tasks."""
+    history = WorkflowHistory.from_json("recorded", path.read_text())
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
+    patches = [m.marker_recorded_event_attributes.details["patch-data"] for m in markers]
+    assert any(b"boundary-one-local-checkpoint" in p.payloads[0].data for p in patches if p.payloads)
+    assert "agent.export_checkpoint" not in scheduled
+    tools = scheduled.count("agent.tool_call")
+    local = [m for m in markers if m.marker_recorded_event_attributes.marker_name == "core_local_activity"]
+    assert tools == 0 or len(local) >= tools, (tools, len(local))

@@ -69,6 +69,22 @@ def missing_state(exc: ActivityError) -> tuple[bool, LogRef | None]:
     return True, LogRef.model_validate(head) if head is not None else None
 
 
+def as_activity_error(activity_type: str, failure: FailureError) -> ActivityError:
+    """A local activity's failure reaches the workflow without the ``ActivityError`` around it
+    that a remote one has; this puts it there, so both read the same (``exc.cause``)."""
+    error = ActivityError(
+        f"local activity {activity_type} failed",
+        scheduled_event_id=0,
+        started_event_id=0,
+        identity="",
+        activity_type=activity_type,
+        activity_id="",
+        retry_state=None,
+    )
+    error.__cause__ = failure
+    return error
+
+
 class Cancellation:
     """Whether the run was asked to stop, and why (the first reason given wins)."""
 
@@ -100,8 +116,13 @@ class CallRunner:
         summary: str,
         timeouts: Timeouts,
         cancellable: bool = True,
+        local: bool = False,
     ) -> OutT:
         """Run ``decl`` with ``arg`` under the options ``timeouts`` give it.
+
+        ``local``: as a local activity, on this worker within the workflow task (no
+        heartbeat: a worker that dies in it times the workflow task out, and another
+        worker runs it again).
 
         ``cancellable``: the run's cancel stops the activity (Temporal waits for
         it to acknowledge), and the cancel flag is checked after the activity
@@ -135,15 +156,28 @@ class CallRunner:
                 summary=summary,
             )
             return cast(OutT, plain)
-        handle = workflow.start_activity(
-            decl.name,
-            arg,
-            result_type=decl.result_type,
-            start_to_close_timeout=start_to_close,
-            heartbeat_timeout=heartbeat,
-            retry_policy=retry,
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=summary,
+        wait = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+        handle = (
+            workflow.start_local_activity(
+                decl.name,
+                arg,
+                result_type=decl.result_type,
+                start_to_close_timeout=start_to_close,
+                retry_policy=retry,
+                cancellation_type=wait,
+                summary=summary,
+            )
+            if local
+            else workflow.start_activity(
+                decl.name,
+                arg,
+                result_type=decl.result_type,
+                start_to_close_timeout=start_to_close,
+                heartbeat_timeout=heartbeat,
+                retry_policy=retry,
+                cancellation_type=wait,
+                summary=summary,
+            )
         )
         cancellation = self._cancellation
         try:
@@ -160,5 +194,9 @@ class CallRunner:
             if cancellation.requested:
                 raise RunCancelled() from None
             raise
+        except FailureError as exc:
+            if cancellation.requested:
+                raise RunCancelled() from None
+            raise as_activity_error(decl.name, exc) from exc
         cancellation.check()
         return cast(OutT, result)

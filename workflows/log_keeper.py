@@ -19,10 +19,13 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import (
+        CHECKPOINT,
         EXPORT_CHECKPOINT,
+        EXPORT_FAILURE_TYPES,
         FINISH_RUN,
         OPEN_RUN,
         SAVE_CHECKPOINT,
+        CheckpointInput,
         ExportInput,
         OpenRunInput,
         SaveCheckpointInput,
@@ -44,6 +47,11 @@ from durable_agent.workflows.calls import (
 from durable_agent.workflows.presence import Presence
 
 T = TypeVar("T")
+
+# Since this patch a tool boundary is one local activity (``agent.checkpoint``) instead of
+# ``agent.save_checkpoint`` then ``agent.export_checkpoint``: one workflow task, not three.
+# Histories recorded before it replay the two activities.
+ONE_CHECKPOINT_PATCH = "boundary-one-local-checkpoint"
 
 # A restore sends a run's entries in batches of about this many bytes (a payload may hold 2 MB).
 RESTORE_BATCH_BYTES = 1_000_000
@@ -102,6 +110,9 @@ class LogKeeper:
         """Save what is new to the run's log, then wait for the sink to acknowledge the export."""
         plan, turn = state.plan, state.turn
         state.take_entry()
+        if workflow.patched(ONE_CHECKPOINT_PATCH):
+            await self._checkpoint(state)
+            return
         await self.save(state)
         self._presence.details(f"exporting turn {turn}")
         sent = state.head
@@ -118,6 +129,50 @@ class LogKeeper:
             return
         state.record_export(descriptor, plan.export_sink, sent, now_ms())
 
+    async def _checkpoint(self, state: LoopState) -> None:
+        """The boundary as one local activity: the save (when there is something to save),
+        then the export. A store without the state gets it again from this history, once."""
+        plan, turn = state.plan, state.turn
+        self._presence.details(f"checkpoint turn {turn}")
+        for attempt in (1, 2):
+            sent = state.head
+            save = self._save_input(state)
+            facts = state.export_facts(now_ms())
+            checkpoint = CheckpointInput(
+                save=save, export=ExportInput(sink=plan.export_sink, log=sent, facts=facts)
+            )
+            try:
+                descriptor = await self._calls.run(
+                    CHECKPOINT,
+                    checkpoint,
+                    summary=f"checkpoint turn {turn}",
+                    timeouts=plan.timeouts,
+                    local=True,
+                )
+            except ActivityError as exc:
+                missing, head = missing_state(exc)
+                if missing and attempt == 1 and await self.restore(state, head):
+                    continue
+                cause = exc.cause
+                kind = cause.type if isinstance(cause, ApplicationError) else None
+                if save is not None and kind not in EXPORT_FAILURE_TYPES and not missing:
+                    state.record_persistence_failure("save", failure_message(exc), now_ms())
+                state.record_export_failure(turn, failure_detail(exc) or "", failure_message(exc), now_ms())
+                return
+            if save is not None:
+                state.mark_stored()
+            state.record_export(descriptor, plan.export_sink, sent, now_ms())
+            return
+
+    def _save_input(self, state: LoopState) -> SaveCheckpointInput | None:
+        """The entries the store lacks, what an activity staged named by its digest."""
+        entries = state.unstored()
+        if not entries:
+            return None
+        newest, staged = entries[-1].delta.staged(state.staged_ids, state.staged_messages)
+        wire = (*entries[:-1], entries[-1].model_copy(update={"delta": newest}))
+        return SaveCheckpointInput(run_id=state.plan.run_id, entries=wire, staged=staged)
+
     async def keep(self, state: LoopState) -> None:
         """Save what is new without an export (exports are made at tool boundaries): before a
         run waits for a person's next prompt, so that a conversation's turns without tool
@@ -127,15 +182,13 @@ class LogKeeper:
 
     async def save(self, state: LoopState) -> None:
         """Send the store the entries it lacks; what an activity staged goes by its digest."""
-        entries = state.unstored()
-        if not entries:
+        save = self._save_input(state)
+        if save is None:
             return
-        newest, staged = entries[-1].delta.staged(state.staged_ids, state.staged_messages)
-        wire = (*entries[:-1], entries[-1].model_copy(update={"delta": newest}))
         try:
             await self._calls.run(
                 SAVE_CHECKPOINT,
-                SaveCheckpointInput(run_id=state.plan.run_id, entries=wire, staged=staged),
+                save,
                 summary=f"save checkpoint turn {state.turn}",
                 timeouts=state.plan.timeouts,
             )
@@ -181,6 +234,13 @@ class LogKeeper:
                 )
         except ActivityError as exc:
             if isinstance(exc.cause, ApplicationError) and exc.cause.type == STATE_LOST:
+                newest = state.last_export
+                if newest is not None and newest.descriptor != (seed.descriptor if seed else None):
+                    d = newest.descriptor  # more of the run than the export it started from
+                    lost(
+                        state,
+                        f"{failure_message(exc)} (or from its newest, turn {d.turn}: {d.content_digest})",
+                    )
                 lost(state, failure_message(exc))
             state.record_persistence_failure("save", f"restore: {failure_message(exc)}", now_ms())
             return False

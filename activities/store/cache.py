@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from durable_agent.activities.store.base import SessionStore
 from durable_agent.core.export import RunRecord
+from durable_agent.core.export_parts import ExportEncoder
 from durable_agent.core.run_log import LogEntry, LogRef, RunHeader, RunLog, StateMissing
 
 # Runs whose folded log a worker keeps; each is about the size of its conversation.
@@ -27,6 +28,7 @@ class RunStates:
         self._logs: OrderedDict[str, RunLog] = OrderedDict()
         self._headers: dict[str, RunHeader] = {}
         self._prior: dict[str, list[RunRecord]] = {}
+        self._encoders: OrderedDict[str, ExportEncoder] = OrderedDict()
 
     async def header(self, run_id: str) -> RunHeader:
         header = self._headers.get(run_id) or await self.store.load_header(run_id)
@@ -49,6 +51,14 @@ class RunStates:
             records = await self.store.load_run_records(header.session_id) if wanted else []
             prior = self._prior[header.run_id] = [r for r in records if r.snapshot.id in wanted]
         return prior
+
+    def encoder(self, run_id: str) -> ExportEncoder:
+        """The run's export encoder: the canonical bytes of what its last export here held."""
+        encoder = self._encoders.pop(run_id, None) or ExportEncoder()
+        self._encoders[run_id] = encoder
+        while len(self._encoders) > self.capacity:
+            self._encoders.popitem(last=False)
+        return encoder
 
     async def read(self, ref: LogRef) -> RunLog:
         """The run's log folded up to ``ref``; ``StateMissing`` when the store cannot give it."""
@@ -105,3 +115,4 @@ class RunStates:
         self._logs.pop(run_id, None)
         self._headers.pop(run_id, None)
         self._prior.pop(run_id, None)
+        self._encoders.pop(run_id, None)

@@ -35,7 +35,6 @@ from durable_agent.client import (
 )
 from durable_agent.client import task_queue as default_task_queue
 from durable_agent.core.errors import validation_message
-from durable_agent.core.export import load_export
 from durable_agent.core.models import EndEvent, EventRecord
 from durable_agent.core.run_api import (
     QUERY_EVENTS,
@@ -119,20 +118,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     }
     if args.command == "resume":
         path = Path(args.export).expanduser().absolute()
+        size = 0
         try:
-            by_path = args.on_worker or path.stat().st_size > RESUME_BY_VALUE_BYTES
+            by_path = args.on_worker
+            if not by_path:
+                from durable_agent.activities.sink_files import read_export_file
+
+                export = read_export_file(path)  # a sink's manifest is joined with its parts
+                size = export.descriptor.size_bytes
+                by_path = size > RESUME_BY_VALUE_BYTES
             if by_path:
                 # too large for a workflow input: the worker reads it (a path on its machine)
                 fields["resume_from_file"] = str(path)
             else:
-                export = load_export(path.read_bytes())
                 export.open()  # refused here, with its typed error, rather than as a run input
                 fields["resume_from"] = export
         except (OSError, ValueError) as exc:  # ExportError and pydantic's ValidationError are ValueErrors
             err(f"resume: cannot read {args.export}: {_one_line(exc)}")
             return 2
         if by_path and not args.on_worker:
-            print(f"the export is {path.stat().st_size:,} bytes: the worker reads it from {path}")
+            print(f"the export is {size:,} bytes: the worker reads it from {path}")
         fields["force_resume"] = args.force or None
     try:
         run = build_run_input(fields)
@@ -317,10 +322,12 @@ def _network(command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]) 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check export files the filesystem sink wrote: every digest, the schema and the contract."""
+    from durable_agent.activities.sink_files import read_export_file
+
     failed = 0
     for name in args.files:
         try:
-            export = load_export(Path(name).read_bytes())
+            export = read_export_file(Path(name))
             export.open()
         except (OSError, ValueError) as exc:  # ExportError and pydantic's ValidationError are ValueErrors
             failed += 1
@@ -329,6 +336,30 @@ def cmd_verify(args: argparse.Namespace) -> int:
         d = export.descriptor
         print(f"OK {name}: session {d.session_id} run {d.run_id} turn {d.turn} {d.content_digest}")
     return 1 if failed else 0
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    """Write an export the filesystem sink holds (a manifest and its parts) as one portable file."""
+    from durable_agent.activities.sink_files import read_export_file, whole_document
+
+    source = Path(args.file)
+    try:
+        export = read_export_file(source)
+        export.open()
+    except (OSError, ValueError) as exc:  # ExportError and pydantic's ValidationError are ValueErrors
+        err(f"pack: {args.file}: {_one_line(exc)}")
+        return 1
+    d = export.descriptor
+    out = Path(args.out) if args.out else Path(f"{d.run_id}-turn-{d.turn:06d}.json")
+    try:
+        out.write_bytes(whole_document(export))
+    except OSError as exc:
+        err(f"pack: cannot write {out}: {exc}")
+        return 1
+    print(
+        f"wrote {out}: session {d.session_id} run {d.run_id} turn {d.turn}, {d.size_bytes:,} bytes of content"
+    )
+    return 0
 
 
 # --- argument parsing -----------------------------------------------------------
@@ -434,6 +465,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="check export files written by the filesystem sink")
     verify.add_argument("files", nargs="+", metavar="EXPORT_JSON")
     verify.set_defaults(func=cmd_verify)
+    pack = sub.add_parser("pack", help="write an export the filesystem sink holds as one portable file")
+    pack.add_argument("file", help="the export's turn-*.json file in the sink's folder")
+    pack.add_argument("-o", "--out", help="where to write it (default: <run>-turn-<turn>.json here)")
+    pack.set_defaults(func=cmd_pack)
     return parser
 
 

@@ -199,6 +199,21 @@ class ExportInput(Frozen):
     facts: ExportFacts
 
 
+class CheckpointInput(Frozen):
+    """A tool boundary in one call: append ``save``'s entries to the run's log (when there
+    are any), then build the export of the log at ``export.log`` and hand it to the sink.
+    The store holds the state before the sink is asked for it."""
+
+    save: SaveCheckpointInput | None = None
+    export: ExportInput
+
+
+# The failure types of a checkpoint's export half: the save before it was done.
+EXPORT_FAILURE_TYPES: frozenset[str] = frozenset(
+    {"SinkError", "ExportError", "InvalidDescriptor", "InvalidPayload", "ContentDrift", "EncodingError"}
+)
+
+
 # --- the activities, each declared once -------------------------------------------
 
 
@@ -240,12 +255,13 @@ def _checkpoint(attempts: Callable[[Timeouts], int]) -> Callable[[Timeouts], Act
 
 
 def _model_options(t: Timeouts) -> ActivityOptions:
-    """A model request (a step or a summary): 429s and 5xx back off from 2 s to 60 s."""
+    """A model request (a step or a summary): 429s and 5xx back off from 1 s to 60 s (a
+    ``Retry-After`` sets the delay itself)."""
     return ActivityOptions(
         start_to_close_seconds=t.model_seconds,
         maximum_attempts=t.model_max_attempts,
         heartbeat_seconds=t.heartbeat_seconds,
-        initial_interval_seconds=2,
+        initial_interval_seconds=1,
         maximum_interval_seconds=60,
     )
 
@@ -300,6 +316,13 @@ EXPORT_CHECKPOINT = ActivityDecl[ExportInput, ExportDescriptor | None](
     ExportDescriptor | None,
     _checkpoint(lambda t: t.export_max_attempts),
 )
+# Both halves in one local activity: a boundary costs one workflow task, not three.
+CHECKPOINT = ActivityDecl[CheckpointInput, ExportDescriptor](
+    "agent.checkpoint",
+    CheckpointInput,
+    ExportDescriptor,
+    _checkpoint(lambda t: min(t.checkpoint_max_attempts, t.export_max_attempts)),
+)
 FINISH_RUN = ActivityDecl[FinishRunInput, None](
     "agent.finish_run", FinishRunInput, None, _checkpoint(lambda t: t.checkpoint_max_attempts)
 )
@@ -317,6 +340,7 @@ ACTIVITIES: tuple[ActivityDecl[Any, Any], ...] = (
     TOOL_CALL,
     SAVE_CHECKPOINT,
     EXPORT_CHECKPOINT,
+    CHECKPOINT,
     FINISH_RUN,
     LOAD_SESSION,
 )

@@ -14,6 +14,11 @@ from durable_agent.core.models import Frozen, ToolDefinition
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.tool_specs import ToolOffer
 
+# A workflow task a worker died in is given to another after this long: a run's takeover
+# after ``kill -9`` waits for it (or for the sticky queue's 3 s, or a heartbeat's timeout).
+# A task's local activity (the checkpoint) may take longer: the SDK extends the task.
+WORKFLOW_TASK_SECONDS = 4
+
 
 class Timeouts(Frozen):
     """Activity timeouts (seconds) and how many times Temporal tries each (the worker's
@@ -21,9 +26,10 @@ class Timeouts(Frozen):
 
     model_seconds: float = Field(600, gt=0)
     tool_seconds: float = Field(300, gt=0)
-    heartbeat_seconds: float = Field(10, gt=0)
+    # a worker lost mid-call is noticed this long after its last heartbeat (one a second)
+    heartbeat_seconds: float = Field(3, gt=0)
     checkpoint_seconds: float = Field(60, gt=0)  # open, save, export and finish the run's log
-    model_max_attempts: int = Field(8, ge=1)  # 429s and 5xx: retried with backoff, 2 s to 60 s
+    model_max_attempts: int = Field(8, ge=1)  # 429s and 5xx: retried with backoff, 1 s to 60 s
     tool_max_attempts: int = Field(3, ge=1)  # a worker lost mid-call; a tool error is not retried
     checkpoint_max_attempts: int = Field(5, ge=1)
     export_max_attempts: int = Field(5, ge=1)  # then the failure is recorded and the run goes on

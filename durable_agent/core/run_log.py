@@ -306,6 +306,13 @@ def build_export(
     header: RunHeader, log: RunLog, prior: Sequence[RunRecord], facts: ExportFacts
 ) -> SessionCheckpointExportV1:
     """The boundary's export, from the store's copy of the run: the same inputs give the same bytes."""
+    return SessionCheckpointExportV1.build(export_payload(header, log, prior, facts))
+
+
+def export_payload(
+    header: RunHeader, log: RunLog, prior: Sequence[RunRecord], facts: ExportFacts
+) -> CheckpointPayload:
+    """What the boundary's export holds (``build_export``; ``ExportEncoder`` encodes it a part at a time)."""
     logical = LoopCheckpoint(
         session_id=header.session_id,
         run_id=header.run_id,
@@ -319,7 +326,7 @@ def build_export(
     events = tuple(log.events)
     run = RunRecord(snapshot=run_snapshot(header, events, "executing", facts.updated_at_ms), events=events)
     snapshot = SessionSnapshot(session_id=header.session_id, run_records=(*prior, run))
-    return SessionCheckpointExportV1.build(CheckpointPayload(logical_resume=logical, snapshot=snapshot))
+    return CheckpointPayload(logical_resume=logical, snapshot=snapshot)
 
 
 def run_snapshot(

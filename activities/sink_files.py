@@ -1,0 +1,247 @@
+"""The filesystem sink's files: a small manifest a boundary, and content-addressed parts.
+
+A run's folder holds ``turn-000001-<digest>.json`` for each export and a
+``parts/`` folder. An export's file is a manifest
+(``durable-agent.export-manifest.v1``): its descriptor, the small parts of
+its content around the two arrays that grow (the conversation and the run's
+events), and, for each array, how many items it has, their chain digest
+(``durable_agent.core.export_parts``) and the newest part that holds some
+of them. A part (``parts/<sha256 of its bytes>``) holds the items one
+boundary added, one canonical JSON text a line after a one-line header
+naming the part that holds the items before them. A boundary writes one part
+with what it added and one manifest: what a sink stores grows with what the
+run adds, not with its length.
+
+Reading an export's file gives the whole export back (``read_export_file``),
+the same bytes the descriptor's digests cover; files written whole (one
+``{"descriptor", "content"}`` document, as before this layout) are read as
+they are. ``durable-agent pack`` writes an export out as such a document,
+one portable file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from durable_agent.activities.files import write_atomic
+from durable_agent.core.canonical import canonical_bytes, sha256_digest
+from durable_agent.core.export import (
+    PAYLOAD_SCHEMA,
+    EncodingError,
+    ExportDescriptor,
+    SessionCheckpointExportV1,
+    load_export,
+)
+from durable_agent.core.export_parts import CHAIN_START, PartedExport, joined
+from durable_agent.core.json_limits import DOCUMENT_MAX_DEPTH, JsonLimitError
+from durable_agent.core.json_limits import loads as bounded_loads
+
+MANIFEST_SCHEMA: Final = "durable-agent.export-manifest.v1"
+PARTS = "parts"
+_TEXT_PARTS = ("logical_head", "logical_tail", "snapshot_head", "record_head", "record_tail", "snapshot_tail")
+
+
+class ManifestError(EncodingError):
+    """A manifest, or a part it names, is missing, damaged or does not add up."""
+
+
+def _series(head: str | None, count: int, chain: str) -> dict[str, Any]:
+    return {"chain": chain, "count": count, "part": head}
+
+
+def write_parted(path: Path, export: PartedExport, parent: dict[str, Any] | None) -> dict[str, Any]:
+    """Write ``export``'s new part and its manifest at ``path``; ``parent`` is the manifest of an
+    earlier export of the run in this folder (its items are not written again where they are
+    the first items of this one). Returns the manifest written."""
+    parts = path.parent / PARTS
+    m_keep, m_prev = _kept(parent, "messages", export.message_chains)
+    e_keep, e_prev = _kept(parent, "events", export.event_chains)
+    new_messages, new_events = export.messages[m_keep:], export.events[e_keep:]
+    m_head, e_head = m_prev, e_prev
+    if new_messages or new_events:
+        header = {
+            "events": {"new": len(new_events), "prev": e_prev},
+            "kind": "turn",
+            "messages": {"new": len(new_messages), "prev": m_prev},
+        }
+        name = _write_part(parts, header, (*new_messages, *new_events))
+        m_head = name if new_messages else m_prev
+        e_head = name if new_events else e_prev
+    prior = (
+        _write_part(parts, {"kind": "records", "new": len(export.prior)}, export.prior)
+        if export.prior
+        else None
+    )
+    manifest = {
+        "schema": MANIFEST_SCHEMA,
+        "descriptor": export.descriptor.model_dump(mode="json"),
+        "messages": _series(m_head, len(export.messages), export.message_chain),
+        "events": _series(e_head, len(export.events), export.event_chain),
+        "prior": prior,
+        **{key: getattr(export, key).decode("utf-8") for key in _TEXT_PARTS},
+    }
+    data = json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8") + b"\n"
+    write_atomic(path, data)
+    return manifest
+
+
+def _kept(parent: dict[str, Any] | None, key: str, chains: tuple[str, ...]) -> tuple[int, str | None]:
+    """How many of the first items the parent's parts hold already, and its newest part."""
+    if parent is None:
+        return 0, None
+    series = parent[key]
+    count = series["count"]
+    if count == 0 or count > len(chains) or chains[count - 1] != series["chain"]:
+        return 0, None
+    return count, series["part"]
+
+
+def _write_part(parts: Path, header: dict[str, Any], items: tuple[bytes, ...]) -> str:
+    data = b"".join((canonical_bytes(header), b"\n", *(item + b"\n" for item in items)))
+    name = sha256_digest(data).removeprefix("sha256:")
+    path = parts / name
+    if not path.exists():
+        write_atomic(path, data)
+    return name
+
+
+def whole_document(export: SessionCheckpointExportV1) -> bytes:
+    """The export as one portable document: its descriptor and its content as a string."""
+    document = {"descriptor": export.descriptor.model_dump(mode="json"), "content": export.content}
+    return json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def parts_present(folder: Path, manifest: dict[str, Any]) -> bool:
+    """Whether the newest parts a manifest names are still in ``folder``'s parts."""
+    heads = (manifest["messages"]["part"], manifest["events"]["part"], manifest["prior"])
+    return all((folder / PARTS / head).is_file() for head in heads if head is not None)
+
+
+def newest_manifest(folder: Path, before: Path) -> dict[str, Any] | None:
+    """The manifest of the run's newest export in ``folder`` other than ``before``, if it is one."""
+    names = sorted(p.name for p in folder.glob("turn-*.json") if p.name != before.name)
+    for name in reversed(names):
+        if name < before.name:
+            try:
+                raw = _parse((folder / name).read_bytes(), name)
+            except (OSError, EncodingError):
+                return None
+            return raw if isinstance(raw, dict) and raw.get("schema") == MANIFEST_SCHEMA else None
+    return None
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def read_export_file(path: Path) -> SessionCheckpointExportV1:
+    """The export in a file the filesystem sink wrote (a manifest, joined with its parts) or in
+    a portable file; not yet validated (``open()`` checks every digest)."""
+    data = path.read_bytes()
+    if b'"' + MANIFEST_SCHEMA.encode() + b'"' not in data[:200]:
+        return load_export(data)
+    raw = _parse(data, path.name)
+    if not isinstance(raw, dict) or raw.get("schema") != MANIFEST_SCHEMA:
+        return load_export(data)
+    return join_manifest(raw, path.parent / PARTS)
+
+
+def join_manifest(manifest: dict[str, Any], parts: Path) -> SessionCheckpointExportV1:
+    """The whole export a manifest names, its items read from ``parts``."""
+    try:
+        descriptor = ExportDescriptor.model_validate(manifest["descriptor"])
+        texts = {key: str(manifest[key]).encode("utf-8") for key in _TEXT_PARTS}
+        reader = _Parts(parts)
+        messages = reader.items(manifest["messages"], "messages")
+        events = reader.items(manifest["events"], "events")
+        prior = reader.records(manifest["prior"])
+    except (KeyError, TypeError, ValidationError) as exc:
+        raise ManifestError(f"the manifest is not one this sink writes: {exc}") from None
+    pieces = (
+        b'{"logical_resume":',
+        texts["logical_head"],
+        *joined(messages),
+        texts["logical_tail"],
+        b',"schema":' + canonical_bytes(PAYLOAD_SCHEMA) + b',"snapshot":',
+        texts["snapshot_head"],
+        *joined(prior),
+        texts["record_head"],
+        *joined(events),
+        texts["record_tail"],
+        texts["snapshot_tail"],
+        b"}",
+    )
+    content = b"".join(pieces)
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"the joined content is not UTF-8 at byte {exc.start}") from None
+    return SessionCheckpointExportV1(descriptor=descriptor, content=text)
+
+
+class _Parts:
+    """The parts a manifest names, each read once, checked against its name."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._read: dict[str, tuple[dict[str, Any], list[bytes]]] = {}
+
+    def part(self, name: str) -> tuple[dict[str, Any], list[bytes]]:
+        if name not in self._read:
+            if not isinstance(name, str) or len(name) != 64 or not all(c in "0123456789abcdef" for c in name):
+                raise ManifestError(f"{name!r} is not the name of a part")
+            try:
+                data = (self.folder / name).read_bytes()
+            except OSError as exc:
+                raise ManifestError(f"part {name} is missing: {exc}") from None
+            if sha256_digest(data) != "sha256:" + name:
+                raise ManifestError(f"part {name} does not match its name (damaged)")
+            first, _, rest = data.partition(b"\n")
+            header = _parse(first, f"part {name}")
+            lines = rest.split(b"\n")
+            if lines[-1] != b"":
+                raise ManifestError(f"part {name} does not end with a line break")
+            self._read[name] = (header, lines[:-1])
+        return self._read[name]
+
+    def items(self, series: dict[str, Any], key: str) -> list[bytes]:
+        """The ``count`` items of ``key`` the chain of parts from ``series["part"]`` holds."""
+        count, name = int(series["count"]), series["part"]
+        chunks: list[list[bytes]] = []
+        held, seen = 0, set()
+        while held < count:
+            if name is None or name in seen:
+                raise ManifestError(f"the parts hold {held} of the {count} {key} the manifest names")
+            seen.add(name)
+            header, lines = self.part(name)
+            m, e = header["messages"]["new"], header["events"]["new"]
+            if m + e != len(lines):
+                raise ManifestError(f"part {name} holds {len(lines)} lines, its header says {m + e}")
+            chunk = lines[:m] if key == "messages" else lines[m:]
+            chunks.append(chunk)
+            held += len(chunk)
+            name = header[key]["prev"]
+        if held != count:
+            raise ManifestError(f"the parts hold {held} {key}, the manifest names {count}")
+        out = [item for chunk in reversed(chunks) for item in chunk]
+        if count == 0 and series.get("chain", CHAIN_START) != CHAIN_START:
+            raise ManifestError(f"the manifest's {key} chain is not that of no items")
+        return out
+
+    def records(self, name: str | None) -> list[bytes]:
+        if name is None:
+            return []
+        header, lines = self.part(name)
+        if header.get("kind") != "records" or header.get("new") != len(lines):
+            raise ManifestError(f"part {name} is not the prior runs' records")
+        return lines
+
+
+def _parse(data: bytes, what: str) -> Any:
+    try:
+        return bounded_loads(data.decode("utf-8"), max_depth=DOCUMENT_MAX_DEPTH)
+    except (UnicodeDecodeError, JsonLimitError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{what} is not a JSON document within limits: {exc}") from None

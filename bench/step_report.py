@@ -1,0 +1,149 @@
+"""The figures of ``bench/step_cost.py``, summarized and printed (its docstring explains each)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from typing import Any
+
+from bench.takeover import print_takeover
+
+
+def median(values: list[Any]) -> Any:
+    seen = [v for v in values if v is not None]
+    return statistics.median(seen) if seen else None
+
+
+def naive_outcome(runs: list[dict[str, Any]]) -> str:
+    """``ok``, or where the runs died (``dies at b=K``; every K when the repeats differ)."""
+    dead = [r for r in runs if r["outcome"] != "ok"]
+    if not dead:
+        return "ok"
+    ks = sorted({r["completed"] for r in dead})
+    where = "/".join(str(k) for k in ks)
+    word = "dies" if all(r["outcome"].startswith("terminated") for r in dead) else "fails"
+    return f"{word} at b={where}" + (f" ({len(dead)} of {len(runs)} runs)" if len(dead) < len(runs) else "")
+
+
+def summarize(args: argparse.Namespace, results: dict[str, Any]) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = results["rows"]
+    steps: list[dict[str, Any]] = []
+    sink: list[dict[str, Any]] = []
+    for n in args.boundaries:
+        ours = [r for r in rows if r["design"] == "ours" and r["boundaries"] == n]
+        naive = [r for r in rows if r["design"] == "naive" and r["boundaries"] == n]
+        ours_ms = median([r["ms_per_step"] for r in ours])
+        naive_ms = median([r["ms_per_step"] for r in naive])
+        steps.append(
+            {
+                "boundaries": n,
+                "ours_runs": len(ours),
+                "ours_ms_per_step": ours_ms,
+                "ours_outcome": "ok" if all(r["outcome"] == "ok" for r in ours) else ours[-1]["outcome"],
+                "naive_runs": len(naive),
+                "naive_ms_per_step": naive_ms,
+                "naive_completed": median([r["completed"] for r in naive]),
+                "naive_outcome": naive_outcome(naive) if naive else None,
+                "ours_to_naive": round(ours_ms / naive_ms, 2) if ours_ms and naive_ms else None,
+            }
+        )
+        sink.append(
+            {
+                "boundaries": n,
+                "sink_bytes": median([r["sink_bytes"] for r in ours]),
+                "sink_bytes_per_step": median([r["sink_bytes_per_step"] for r in ours]),
+                "final_export_bytes": median([r["final_export_bytes"] for r in ours]),
+                "sink_to_final": median([r["sink_to_final"] for r in ours]),
+            }
+        )
+    flat = next((r for r in reversed(rows) if "flat" in r), None)
+    tp = {t["design"]: t for t in results["throughput"]}
+    ratio = None
+    if "ours" in tp and "naive" in tp and tp["naive"]["steps_per_s"]:
+        ratio = round(tp["ours"]["steps_per_s"] / tp["naive"]["steps_per_s"], 2)
+    return {
+        "steps": {"group": "steps", "file_bytes": args.file_bytes, "repeat": args.repeat, "per_n": steps},
+        "throughput": {"group": "throughput", "ours_to_naive": ratio, **tp} if tp else None,
+        "sink": {"group": "sink", "per_n": sink},
+        "flat": None if flat is None else {"group": "flat", **pick(flat), **flat["flat"]},
+        "takeover": results["takeover"],
+    }
+
+
+def pick(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in ("boundaries", "executions", "outcome", "workflow_id")}
+
+
+def fmt(value: Any, spec: str = "{:,}") -> str:
+    return "—" if value is None else spec.format(value)
+
+
+def table(header: list[str], lines: list[list[str]]) -> None:
+    widths = [max(len(x[i]) for x in [header, *lines]) for i in range(len(header))]
+    for line in [header, *lines]:
+        cells = [t.rjust(w) for t, w in zip(line, widths, strict=True)]
+        print("  " + "  ".join(cells).rstrip())
+
+
+def report(args: argparse.Namespace, summary: dict[str, Any], results: dict[str, Any]) -> None:
+    where = os.environ.get("TEMPORAL_ADDRESS") or "dev server (in memory)"
+    print(f"\nstep cost: a read of a {args.file_bytes:,}-byte file a step, no context window; "
+          f"server: {where}")  # fmt: skip
+    print(f"\n1. ms per step (wall time to result / steps completed; median of {args.repeat} run(s) "
+          "for N <= 200, one run above); ours exports every boundary to the filesystem sink")  # fmt: skip
+    lines = []
+    for s in summary["steps"]["per_n"]:
+        naive = "—" if s["naive_outcome"] is None else fmt(s["naive_ms_per_step"], "{:.0f}")
+        ours = fmt(s["ours_ms_per_step"], "{:.0f}") + ("" if s["ours_outcome"] == "ok" else " (!)")
+        lines.append([str(s["boundaries"]), ours, naive, fmt(s["ours_to_naive"], "{:.2f}"),
+                      s["naive_outcome"] or "not run"])  # fmt: skip
+    table(["N", "ours ms/step", "naive ms/step", "ours/naive", "naive outcome"], lines)
+    print("  goal: ours/naive <= 1.2")
+    for r in results["rows"]:
+        if r["design"] == "ours" and r["outcome"] != "ok":
+            print(f"  (!) ours N={r['boundaries']}: {r['outcome']}")
+
+    tp = summary["throughput"]
+    if tp is not None:
+        print(f"\n2. throughput: {args.throughput_runs} concurrent runs x {args.throughput_steps} steps "
+              "on one worker, each design in its own phase")  # fmt: skip
+        for design in ("ours", "naive"):
+            t = tp.get(design)
+            if t is not None:
+                failed = f", {t['failed_runs']} runs failed: {t['failures']}" if t["failed_runs"] else ""
+                print(f"  {design:<5}: {t['completed']:,} steps in {t['wall_s']:.1f} s = "
+                      f"{t['steps_per_s']:.2f} steps/s{failed}")  # fmt: skip
+        print(f"  ours/naive: {fmt(tp['ours_to_naive'], '{:.2f}')}   goal: >= 1")
+
+    print("\n3. sink bytes (ours; all bytes under the run's sink folder; median over repeats)")
+    lines = [
+        [str(s["boundaries"]), fmt(s["sink_bytes"]), fmt(s["sink_bytes_per_step"]),
+         fmt(s["final_export_bytes"]), fmt(s["sink_to_final"], "{:.2f}")]
+        for s in summary["sink"]["per_n"]
+    ]  # fmt: skip
+    table(["N", "sink bytes", "sink B/step", "final export B", "sink/final"], lines)
+    print("  goal: sink/final <= ~2")
+
+    f = summary["flat"]
+    if f is not None:
+        print(f"\n4. flat in length: the N={f['boundaries']} run ({f['executions']} executions, "
+              f"{f['outcome']}), boundary = time between two agent.tool_call completions "
+              "(server event times)")  # fmt: skip
+        print(f"  mean of the first {f['window']}: {fmt(f['first_mean_ms'], '{:.1f}')} ms; of the last "
+              f"{f['window']}: {fmt(f['last_mean_ms'], '{:.1f}')} ms; last/first "
+              f"{fmt(f['last_to_first'], '{:.2f}')}   goal: <= 1.2")  # fmt: skip
+        print(f"  history {f['history_bytes']:,} B / conversation {fmt(f['conversation_bytes'])} B = "
+              f"{fmt(f['history_to_conversation'], '{:.2f}')}   goal: <= 1.5")  # fmt: skip
+
+    if summary["takeover"] is not None:
+        print_takeover(summary["takeover"])
+    if args.json:
+        print()
+        for key in ("steps", "throughput", "sink", "flat"):
+            if summary[key] is not None:
+                print(json.dumps(summary[key]))
+        if summary["takeover"] is not None:
+            print(json.dumps(summary["takeover"]))
+        print(json.dumps({"group": "runs", "runs": results["rows"]}))
