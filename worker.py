@@ -18,7 +18,7 @@ import sys
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools.sandbox import sandbox_problem
@@ -47,11 +47,18 @@ def build_worker(
         workflows=[AgentRun],
         activities=activities.all(),
         graceful_shutdown_timeout=graceful_shutdown,
-        # Heartbeats carry a streaming model call's text to followers, and a
-        # cancel reaches an activity only on a heartbeat's answer: at least one a second.
-        max_heartbeat_throttle_interval=timedelta(seconds=1),
-        # A run whose worker died moves to another after 3 s, not Temporal's default 10 s.
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
+        # Heartbeats carry a streaming model call's text to followers, a cancel reaches an
+        # activity only on a heartbeat's answer, and a worker that died is noticed a heartbeat
+        # timeout (2 s) after its last one: two a second (100 runs: 200 calls a second at most).
+        max_heartbeat_throttle_interval=timedelta(seconds=0.5),
+        # A run whose worker died moves to another after 2 s, not Temporal's default 10 s.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
+        # The sandbox runs code of its own for every payload of every workflow task (temporalio
+        # 1.35), which doubles a task's CPU and a replay's time: a worker that takes over runs
+        # replays them within the 4 s task timeout. Determinism is kept by the import rules of
+        # tests/test_layers.py (no clock, randomness or I/O in workflow or core code) and the
+        # suite replays every recorded history under the sandbox.
+        workflow_runner=UnsandboxedWorkflowRunner(),
     )
 
 

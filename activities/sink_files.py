@@ -121,16 +121,21 @@ def parts_present(folder: Path, manifest: dict[str, Any]) -> bool:
     return all((folder / PARTS / head).is_file() for head in heads if head is not None)
 
 
+def read_manifest(path: Path) -> dict[str, Any] | None:
+    """The manifest in ``path``; ``None`` for a file written whole."""
+    raw = _parse(path.read_bytes(), path.name)
+    return raw if isinstance(raw, dict) and raw.get("schema") == MANIFEST_SCHEMA else None
+
+
 def newest_manifest(folder: Path, before: Path) -> dict[str, Any] | None:
     """The manifest of the run's newest export in ``folder`` other than ``before``, if it is one."""
     names = sorted(p.name for p in folder.glob("turn-*.json") if p.name != before.name)
     for name in reversed(names):
         if name < before.name:
             try:
-                raw = _parse((folder / name).read_bytes(), name)
+                return read_manifest(folder / name)
             except (OSError, EncodingError):
                 return None
-            return raw if isinstance(raw, dict) and raw.get("schema") == MANIFEST_SCHEMA else None
     return None
 
 

@@ -9,7 +9,9 @@ from typing import Any, Protocol
 from durable_agent.activities.files import write_atomic
 from durable_agent.activities.sink_files import (
     newest_manifest,
+    parts_present,
     read_export_file,
+    read_manifest,
     whole_document,
     write_parted,
 )
@@ -83,18 +85,31 @@ class FilesystemExportSink:
 
     async def deliver_parts(self, export: PartedExport) -> None:
         path = self._path(export.descriptor)
-        if path.exists():
+        if await asyncio.to_thread(self._holds, path):
             return
         try:
             await asyncio.to_thread(self._write_parts, path, export)
         except OSError as exc:
             raise SinkError(f"cannot write {path} or its parts: {exc}") from exc
 
+    def _holds(self, path: Path) -> bool:
+        """Whether the export's manifest is here with its newest parts (a machine that crashed
+        after the manifest's rename may have lost a part's: written again then)."""
+        if not path.exists():
+            return False
+        try:
+            manifest = read_manifest(path)
+        except (OSError, ValueError):
+            return False
+        return manifest is not None and parts_present(path.parent, manifest)
+
     def _write_parts(self, path: Path, export: PartedExport) -> None:
         known = self._newest.get(path.parent)
         parent = (
             known[1] if known is not None and known[0] < path.name else newest_manifest(path.parent, path)
         )
+        if parent is not None and not parts_present(path.parent, parent):  # the folder was cleaned
+            parent = None
         manifest = write_parted(path, export, parent)
         if known is None or known[0] < path.name:
             self._newest[path.parent] = (path.name, manifest)

@@ -142,8 +142,14 @@ async def start_run(
     *,
     workflow_id: str | None = None,
     queue: str | None = None,
+    task_timeout: timedelta = timedelta(seconds=WORKFLOW_TASK_SECONDS),
 ) -> WorkflowHandle[Any, AgentRunResult]:
-    """Start an ``AgentRun``; the input is validated here first, so errors come back at once."""
+    """Start an ``AgentRun``; the input is validated here first, so errors come back at once.
+
+    ``task_timeout`` is the workflow task timeout: how long a run whose worker died in a
+    workflow task waits before another worker takes it (the ``[timeouts]
+    workflow_task_seconds`` of the worker applies from the run's next execution on).
+    """
     run = AgentRunInput.model_validate(run.model_dump(exclude_none=True))
     title = run.prompt
     if title is None:
@@ -159,7 +165,7 @@ async def start_run(
         result_type=AgentRunResult,
         static_summary=summary_of(title),
         static_details=details_of(run),
-        task_timeout=timedelta(seconds=WORKFLOW_TASK_SECONDS),
+        task_timeout=task_timeout,
     )
 
 

@@ -22,6 +22,7 @@ from durable_agent.conformance import (
     sample_export,
 )
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
+from durable_agent.core.export_parts import PartedExport
 from durable_agent.core.run_log import LogEntry
 
 STORES: dict[str, Callable[[Path], SessionStore]] = {
@@ -135,11 +136,31 @@ async def test_a_sink_that_refuses_repeats_or_changes_content_fails(tmp_path: Pa
 
 async def test_a_sink_without_fetch_skips_the_fetch_checks_and_a_silent_failure_fails() -> None:
     skipped = await check_sink(WithoutFetch)
-    assert skipped == ["delivered_exports_come_back_whole", "an_unknown_export_is_not_fetched"]
+    assert skipped == [
+        "delivered_exports_come_back_whole",
+        "an_unknown_export_is_not_fetched",
+        "exports_delivered_as_parts_come_back_whole",
+    ]
     with pytest.raises(CheckSkipped):
         await SINK_CHECKS["an_unknown_export_is_not_fetched"](WithoutFetch())
     with pytest.raises(AssertionError, match="deliver returned although"):
         await check_failing_sink(WithoutFetch())
+
+
+class KeepsOnlyTheFirstPart(FilesystemExportSink):
+    """Says it holds every export delivered as parts after the first, but keeps none of them."""
+
+    async def deliver_parts(self, export: PartedExport) -> None:
+        if not any(self.root.rglob("turn-*.json")):
+            await super().deliver_parts(export)
+
+
+async def test_a_sink_that_drops_parts_fails_the_parts_check(tmp_path: Path) -> None:
+    await SINK_CHECKS["exports_delivered_as_parts_come_back_whole"](FilesystemExportSink(tmp_path / "ok"))
+    with pytest.raises(AssertionError, match="turn 2, delivered as parts: fetch gives None"):
+        await SINK_CHECKS["exports_delivered_as_parts_come_back_whole"](
+            KeepsOnlyTheFirstPart(tmp_path / "bad")
+        )
 
 
 def test_the_sample_exports_are_valid_and_stable() -> None:

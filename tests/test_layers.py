@@ -123,8 +123,11 @@ IO_MODULES = frozenset(
         "logging",
     }
 )
-# Workflow code runs in Temporal's sandbox and awaits with asyncio; everything else there is I/O.
-WORKFLOW_IO_MODULES = IO_MODULES - {"asyncio", "temporalio"}
+# Workflow code awaits with asyncio; everything else there is I/O or a clock.
+# Workers run workflow code without Temporal's sandbox (``worker.py``): clocks and randomness
+# are as forbidden there as I/O (``workflow.now()``, ``workflow.random()``, ``workflow.uuid4()``).
+NONDETERMINISTIC_MODULES = frozenset({"time", "random", "uuid", "secrets"})
+WORKFLOW_IO_MODULES = (IO_MODULES | NONDETERMINISTIC_MODULES) - {"asyncio", "temporalio"}
 WORKFLOW_THIRD_PARTY = frozenset({"temporalio", "pydantic", "pydantic_core", "typing_extensions"})
 # The import names of pyproject's dependencies (and of what pydantic exposes for typing).
 DECLARED_THIRD_PARTY = frozenset(
@@ -599,3 +602,49 @@ def test_core_imports_without_temporal_or_httpx() -> None:
     )
     assert done.returncode == 0, done.stderr + done.stdout
     assert f"imported {len(core)} modules" in done.stdout
+
+
+# Module-level tables in workflow and core code that are only ever read. Workflow code runs
+# unsandboxed, so module state is shared by every run on a worker: anything else mutable at
+# module level could carry one run's state into another's replay.
+READ_ONLY_TABLES = frozenset(
+    {
+        "durable_agent.core.context.KNOWN_WINDOWS",
+        "durable_agent.core.export._SCHEMA_ALIASED",
+        "durable_agent.core.shell_words._ANSI_C",
+        "durable_agent.core.tool_specs.BUILTIN_TOOLS",
+    }
+)
+WALL_CLOCK_CALLS = frozenset({"now", "utcnow", "today", "fromtimestamp", "time", "monotonic", "perf_counter"})
+
+
+def test_workflow_and_core_modules_hold_no_mutable_state() -> None:
+    import collections
+    import importlib
+
+    bad = []
+    for module in package_modules():
+        if not _in(module, CORE, WORKFLOWS):
+            continue
+        for name, value in vars(importlib.import_module(module)).items():
+            mutable = isinstance(value, (dict, list, set, bytearray, collections.deque))
+            if mutable and not name.startswith("__") and f"{module}.{name}" not in READ_ONLY_TABLES:
+                bad.append(f"{module}.{name}: a module-level {type(value).__name__}")
+    assert not bad, _report("workflow and core modules must keep no state between runs", bad)
+
+
+def test_workflow_and_core_code_never_reads_a_clock() -> None:
+    """``datetime.now()`` and the like; ``workflow.now()`` is the workflow's clock."""
+    bad = []
+    for module, path in package_modules().items():
+        if not _in(module, CORE, WORKFLOWS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in WALL_CLOCK_CALLS
+                and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "workflow")
+            ):
+                bad.append(f"{module}: {ast.unparse(node.func)}()  [{path.relative_to(REPO)}:{node.lineno}]")
+    assert not bad, _report("workflow and core code must use workflow.now(), not a clock", bad)

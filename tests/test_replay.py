@@ -13,6 +13,7 @@ import pytest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from durable_agent.activities import AgentActivities
 from durable_agent.workflows import AgentRun
@@ -22,7 +23,13 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 
 def replayer() -> Replayer:
-    return Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
+    """Under Temporal's sandbox, which workers leave off for speed (``worker.py``): a workflow
+    change that reads a clock or does I/O fails here."""
+    return Replayer(
+        workflows=[AgentRun],
+        data_converter=pydantic_data_converter,
+        workflow_runner=SandboxedWorkflowRunner(),
+    )
 
 
 def test_there_are_committed_histories() -> None:

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.core.loop import LoopState
     from durable_agent.core.models import ErrorEvent
-    from durable_agent.core.plan import WORKFLOW_TASK_SECONDS, RunPlan, Timeouts
+    from durable_agent.core.plan import RunPlan, Timeouts
     from durable_agent.core.run_api import AgentRunInput, CarriedState
 
 from durable_agent.workflows import legacy
@@ -214,7 +214,7 @@ class Starter:
         # started with the CLI's default (10 s), a run gets ours from its next execution on
         workflow.continue_as_new(
             next_input.model_dump(mode="json", exclude_none=True),
-            task_timeout=timedelta(seconds=WORKFLOW_TASK_SECONDS),
+            task_timeout=timedelta(seconds=state.plan.timeouts.workflow_task_seconds),
         )
 
     def check_history(self, state: LoopState) -> None:

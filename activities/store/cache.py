@@ -15,16 +15,20 @@ from durable_agent.core.export import RunRecord
 from durable_agent.core.export_parts import ExportEncoder
 from durable_agent.core.run_log import LogEntry, LogRef, RunHeader, RunLog, StateMissing
 
-# Runs whose folded log a worker keeps; each is about the size of its conversation.
-CACHED_RUNS = 16
+# Runs whose folded log (and export encoding) a worker keeps: at most this many, and at most
+# about this many bytes of encoded conversation (the objects take two to three times more).
+# A run that falls out is folded again from the store: a cost of its whole length, once.
+CACHED_RUNS = 256
+CACHED_BYTES = 256 * 1024 * 1024
 
 
 class RunStates:
     """The session store's runs, with the newest folded logs cached."""
 
-    def __init__(self, store: SessionStore, capacity: int = CACHED_RUNS) -> None:
+    def __init__(self, store: SessionStore, capacity: int = CACHED_RUNS, budget: int = CACHED_BYTES) -> None:
         self.store = store
         self.capacity = capacity
+        self.budget = budget
         self._logs: OrderedDict[str, RunLog] = OrderedDict()
         self._headers: dict[str, RunHeader] = {}
         self._prior: dict[str, list[RunRecord]] = {}
@@ -56,8 +60,7 @@ class RunStates:
         """The run's export encoder: the canonical bytes of what its last export here held."""
         encoder = self._encoders.pop(run_id, None) or ExportEncoder()
         self._encoders[run_id] = encoder
-        while len(self._encoders) > self.capacity:
-            self._encoders.popitem(last=False)
+        self._evict()
         return encoder
 
     async def read(self, ref: LogRef) -> RunLog:
@@ -107,8 +110,18 @@ class RunStates:
     def _remember(self, log: RunLog) -> None:
         self._logs[log.run_id] = log
         self._logs.move_to_end(log.run_id)
-        while len(self._logs) > self.capacity:
-            self._logs.popitem(last=False)
+        self._evict()
+
+    def _evict(self) -> None:
+        """Forget the least recently used runs past the count or the bytes (the newest stays)."""
+        while len(self._logs) > self.capacity or (len(self._logs) > 1 and self._bytes() > self.budget):
+            run_id, _ = self._logs.popitem(last=False)
+            self._encoders.pop(run_id, None)
+        while len(self._encoders) > self.capacity:
+            self._encoders.popitem(last=False)
+
+    def _bytes(self) -> int:
+        return sum(e.size for e in self._encoders.values())
 
     async def drop(self, run_id: str) -> None:
         await self.store.drop_run(run_id)

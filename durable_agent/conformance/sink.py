@@ -8,6 +8,9 @@ Each check in ``SINK_CHECKS`` takes a fresh, empty sink:
   export: the same descriptor and byte-identical canonical content, which opens
   (validates) to the same payload; and ``None`` for an export it was never given.
   A sink without ``fetch`` skips those checks (``CheckSkipped``).
+- a sink with ``deliver_parts`` (``PartedSink``) takes a run's successive exports as
+  parts, each a repeat-safe delivery, and ``fetch`` gives each back whole, byte for byte
+  (skipped for a sink without ``deliver_parts`` or without ``fetch``).
 
 ``check_failing_sink`` takes a sink set up so that it cannot hold an export (an
 unwritable folder, a closed bucket) and checks that ``deliver`` says so with
@@ -24,10 +27,20 @@ from durable_agent.activities.sinks import ExportSink, SinkError
 from durable_agent.conformance.base import Check, CheckSkipped, Factory, fresh, run_checks
 from durable_agent.conformance.store import header, rich_chain
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
+from durable_agent.core.export_parts import ExportEncoder, PartedExport, build_parted
 from durable_agent.core.models import TokenUsage
-from durable_agent.core.run_log import ExportFacts, RunLog, build_export
+from durable_agent.core.run_log import ExportFacts, RunLog, build_export, export_payload
 
 SESSION = "conformance-session"
+
+
+def _facts(turn: int) -> ExportFacts:
+    return ExportFacts(
+        turn=turn,
+        checkpoint_ms=10_000 + turn,
+        updated_at_ms=10_000 + turn,
+        usage=TokenUsage(prompt_tokens=10 * turn, completion_tokens=turn, total_tokens=11 * turn),
+    )
 
 
 def sample_export(
@@ -36,13 +49,23 @@ def sample_export(
     """A valid export of a small run after ``turn`` boundaries (1 to 3): same arguments, same bytes."""
     log = RunLog(run_id)
     log.apply_all(rich_chain(run_id)[:turn])
-    facts = ExportFacts(
-        turn=turn,
-        checkpoint_ms=10_000 + turn,
-        updated_at_ms=10_000 + turn,
-        usage=TokenUsage(prompt_tokens=10 * turn, completion_tokens=turn, total_tokens=11 * turn),
-    )
-    return build_export(header(run_id, session_id), log, (), facts)
+    return build_export(header(run_id, session_id), log, (), _facts(turn))
+
+
+def sample_parted(run_id: str = "conformance-run", session_id: str = SESSION) -> list[PartedExport]:
+    """The exports of ``sample_export``'s run after each of its three boundaries, as parts."""
+    log, encoder, out = RunLog(run_id), ExportEncoder(), []
+    for turn, entry in enumerate(rich_chain(run_id)[:3], start=1):
+        log.apply(entry)
+        out.append(build_parted(encoder, export_payload(header(run_id, session_id), log, (), _facts(turn))))
+    return out
+
+
+@runtime_checkable
+class PartsSink(ExportSink, Protocol):
+    """A sink that also takes exports as parts (``durable_agent.activities.sinks.PartedSink``)."""
+
+    async def deliver_parts(self, export: PartedExport) -> None: ...
 
 
 @runtime_checkable
@@ -118,6 +141,21 @@ async def exports_are_kept_apart(sink: ExportSink) -> None:
             await gives_back(sink, export, f"export of {d.session_id}/{d.run_id} turn {d.turn}")
 
 
+async def exports_delivered_as_parts_come_back_whole(sink: ExportSink) -> None:
+    """A run's successive exports, delivered as parts (twice each), come back whole."""
+    if not isinstance(sink, PartsSink):
+        raise CheckSkipped("the sink has no deliver_parts")
+    _fetcher(sink)
+    parted = sample_parted()
+    for export in parted:
+        await sink.deliver_parts(export)
+        await sink.deliver_parts(export)
+    for turn, export in enumerate(parted, start=1):
+        whole = export.whole()
+        assert whole == sample_export(turn), f"turn {turn}: the parts are not the export built whole"
+        await gives_back(sink, whole, f"turn {turn}, delivered as parts")
+
+
 #: Every check of a working sink, by name: ``await SINK_CHECKS[name](fresh_sink)``.
 SINK_CHECKS: dict[str, Check[ExportSink]] = {
     check.__name__: check
@@ -126,6 +164,7 @@ SINK_CHECKS: dict[str, Check[ExportSink]] = {
         a_repeated_delivery_is_harmless,
         an_unknown_export_is_not_fetched,
         exports_are_kept_apart,
+        exports_delivered_as_parts_come_back_whole,
     )
 }
 
@@ -162,4 +201,12 @@ async def check_sink(
     return await run_checks("the export sink", checks, make_sink)
 
 
-__all__ = ["SINK_CHECKS", "FetchingSink", "check_failing_sink", "check_sink", "sample_export"]
+__all__ = [
+    "SINK_CHECKS",
+    "FetchingSink",
+    "PartsSink",
+    "check_failing_sink",
+    "check_sink",
+    "sample_export",
+    "sample_parted",
+]

@@ -224,7 +224,8 @@ class ActivityOptions:
     start_to_close_seconds: float
     maximum_attempts: int
     heartbeat_seconds: float | None = None
-    initial_interval_seconds: float = 1.0
+    # a retry after a lost worker's heartbeat timeout waits this long first
+    initial_interval_seconds: float = 0.5
     maximum_interval_seconds: float | None = None
 
 

@@ -97,6 +97,7 @@ class _Series:
     sources: list[object] = field(default_factory=list)
     items: list[bytes] = field(default_factory=list)
     chains: list[str] = field(default_factory=list)
+    size: int = 0  # bytes of the items
 
     def sync(self, values: Sequence[BaseModel]) -> None:
         """Encode the values not encoded yet. Values are frozen: the same object encodes the
@@ -106,6 +107,7 @@ class _Series:
             if old is not new:
                 break
             keep += 1
+        self.size -= sum(map(len, self.items[keep:]))
         del self.sources[keep:], self.items[keep:], self.chains[keep:]
         chain = self.chains[-1] if self.chains else CHAIN_START
         for value in values[keep:]:
@@ -114,6 +116,7 @@ class _Series:
             self.sources.append(value)
             self.items.append(item)
             self.chains.append(chain)
+            self.size += len(item)
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,11 @@ class ExportEncoder:
         self._messages = _Series()
         self._events = _Series()
         self._prior: tuple[tuple[RunRecord, ...], tuple[bytes, ...]] | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes of the conversation and events it holds encoded."""
+        return self._messages.size + self._events.size
 
     def draft(self, payload: CheckpointPayload) -> PartedDraft:
         check_self_consistent(payload)

@@ -15,8 +15,9 @@ from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.tool_specs import ToolOffer
 
 # A workflow task a worker died in is given to another after this long: a run's takeover
-# after ``kill -9`` waits for it (or for the sticky queue's 3 s, or a heartbeat's timeout).
-# A task's local activity (the checkpoint) may take longer: the SDK extends the task.
+# after ``kill -9`` waits for it (or for the sticky queue's 2 s, or a heartbeat's timeout).
+# A task's local activity (the checkpoint) may take longer: the SDK extends the task. A
+# task that replays a whole history may not: ``continue_as_new_events`` keeps that short.
 WORKFLOW_TASK_SECONDS = 4
 
 
@@ -26,9 +27,11 @@ class Timeouts(Frozen):
 
     model_seconds: float = Field(600, gt=0)
     tool_seconds: float = Field(300, gt=0)
-    # a worker lost mid-call is noticed this long after its last heartbeat (one a second)
-    heartbeat_seconds: float = Field(3, gt=0)
+    # a worker lost mid-call is noticed this long after its last heartbeat (two a second)
+    heartbeat_seconds: float = Field(2, gt=0)
     checkpoint_seconds: float = Field(60, gt=0)  # open, save, export and finish the run's log
+    # the run's workflow task timeout from its next execution on (``start_run`` sets the first)
+    workflow_task_seconds: float = Field(WORKFLOW_TASK_SECONDS, gt=0, le=120)
     model_max_attempts: int = Field(8, ge=1)  # 429s and 5xx: retried with backoff, 1 s to 60 s
     tool_max_attempts: int = Field(3, ge=1)  # a worker lost mid-call; a tool error is not retried
     checkpoint_max_attempts: int = Field(5, ge=1)
@@ -50,7 +53,9 @@ class Limits(Frozen):
     max_history_events: int = Field(40_000, ge=100)
     # At a tool boundary, once its export is acknowledged, the run continues as new
     # (a fresh history, the same run) when Temporal suggests it or past either of these.
-    continue_as_new_events: int = Field(10_000, ge=50)
+    # 2,000 events: about 150 steps, a whole replay in about 1.5 s, well within the 4 s a
+    # workflow task may take (a worker that takes over a run replays it whole)
+    continue_as_new_events: int = Field(2_000, ge=50)
     continue_as_new_bytes: int = Field(10_000_000, ge=10_000)
     # No longer used (an export no longer passes through Temporal); accepted so that
     # runs recorded with it replay and old configs load.
