@@ -55,7 +55,7 @@ def build_worker(
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
         # The sandbox runs code of its own for every payload of every workflow task (temporalio
         # 1.35), which doubles a task's CPU and a replay's time: a worker that takes over runs
-        # replays them within the 4 s task timeout. Determinism is kept by the import rules of
+        # replays them within the 3 s task timeout. Determinism is kept by the import rules of
         # tests/test_layers.py (no clock, randomness or I/O in workflow or core code) and the
         # suite replays every recorded history under the sandbox.
         workflow_runner=UnsandboxedWorkflowRunner(),

@@ -28,6 +28,9 @@ It prints numbers and never judges them; the goals are printed beside them.
 2. Throughput: ``--throughput-runs`` runs of ``--throughput-steps`` steps at
    once on one worker (one ``Worker`` for the workflow and its activities),
    ours, then naive: steps completed / wall seconds, and ours/naive (goal >= 1).
+   Ours runs workflow code without Temporal's sandbox (``worker.py``), the naive
+   design with Temporal's defaults (sandboxed), as the published integrations
+   do; a third phase runs the naive design unsandboxed too, for comparison.
 3. Sink bytes, per ours run: every byte under the sink's folder after the run
    (the folder is emptied between runs, so all of it is the run's), over its
    steps (``sink B/step``); the final export's ``size_bytes`` (its descriptor,
@@ -69,7 +72,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bench.naive import NAIVE_WORKFLOW, NaiveAgentRun, NaiveInput, NaiveModel
 from bench.reader_setup import prepare, reader_activities, reader_config, sink_root, workspace_of
@@ -127,12 +131,18 @@ async def start_naive(b: Bench, n: int, queue: str) -> Handle:
     return await b.client.start_workflow(NAIVE_WORKFLOW, inp, id=wid, task_queue=queue, result_type=int)
 
 
-def naive_worker(b: Bench, queue: str) -> Worker:
+NAIVE_UNSANDBOXED = "naive-unsandboxed"
+
+
+def naive_worker(b: Bench, queue: str, *, sandboxed: bool = True) -> Worker:
+    """The naive design's worker: Temporal's defaults (its workflow in the sandbox), as the
+    published integrations run; ``sandboxed=False`` runs it as ours runs (``worker.py``)."""
     return Worker(
         b.client,
         task_queue=queue,
         workflows=[NaiveAgentRun],
         activities=[NaiveModel(b.acts.providers).model_call, b.acts.tool_call],
+        workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
     )
 
 
@@ -265,7 +275,7 @@ async def throughput(b: Bench, design: str, runs: int, steps: int) -> dict[str, 
     """``runs`` runs of ``steps`` steps at once on one worker: steps completed per second."""
     queue = f"step-tp-{design}-{uuid.uuid4().hex[:6]}"
     start = start_ours if design == "ours" else start_naive
-    worker = build(b, queue) if design == "ours" else naive_worker(b, queue)
+    worker = build(b, queue) if design == "ours" else naive_worker(b, queue, sandboxed=design == "naive")
     async with worker:
         await settle(await start(b, 1, queue), 120)  # warm-up, not counted
         started = time.perf_counter()
@@ -321,7 +331,7 @@ async def run_all(client: Client, address: str, tmp: Path, args: argparse.Namesp
                 if n <= args.naive_max:
                     rows.append(await measure(b, "naive", n))
     if not args.skip_throughput:
-        for design in ("ours", "naive"):
+        for design in ("ours", "naive", NAIVE_UNSANDBOXED):
             out["throughput"].append(await throughput(b, design, args.throughput_runs, args.throughput_steps))
     await acts.aclose()
     if not args.skip_takeover:

@@ -109,13 +109,16 @@ def report(args: argparse.Namespace, summary: dict[str, Any], results: dict[str,
     if tp is not None:
         print(f"\n2. throughput: {args.throughput_runs} concurrent runs x {args.throughput_steps} steps "
               "on one worker, each design in its own phase")  # fmt: skip
-        for design in ("ours", "naive"):
+        for design in ("ours", "naive", "naive-unsandboxed"):
             t = tp.get(design)
             if t is not None:
                 failed = f", {t['failed_runs']} runs failed: {t['failures']}" if t["failed_runs"] else ""
-                print(f"  {design:<5}: {t['completed']:,} steps in {t['wall_s']:.1f} s = "
+                print(f"  {design:<17}: {t['completed']:,} steps in {t['wall_s']:.1f} s = "
                       f"{t['steps_per_s']:.2f} steps/s{failed}")  # fmt: skip
         print(f"  ours/naive: {fmt(tp['ours_to_naive'], '{:.2f}')}   goal: >= 1")
+        if tp.get("naive-unsandboxed") and tp["naive-unsandboxed"]["steps_per_s"]:
+            same = tp["ours"]["steps_per_s"] / tp["naive-unsandboxed"]["steps_per_s"]
+            print(f"  ours/naive-unsandboxed: {same:.2f}")
 
     print("\n3. sink bytes (ours; all bytes under the run's sink folder; median over repeats)")
     lines = [

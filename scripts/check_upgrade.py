@@ -1,8 +1,9 @@
 """Check that a run started by an older version goes on, live, on this one.
 
-    python scripts/check_upgrade.py [OLD_COMMIT]      # default: c144c0f, the last main before 0.2's layout
+    python scripts/check_upgrade.py [OLD_COMMIT]      # default: a6d5508, the last main before 0.3
 
-(``e0b4055``, the last main before linear history, checks that upgrade too.)
+(``a6d5508`` checkpointed a boundary in two activities; ``e0b4055``, the last main before
+linear history, and ``c144c0f``, before 0.2's layout, check those upgrades too.)
 
 A worker of the old commit (a git worktree) starts a run that reads a file
 twice, then waits for a person's approval of an ``ls``; the old worker stops.
@@ -130,7 +131,7 @@ def main() -> None:
         sys.path.insert(0, os.environ["PYTHONPATH"])
         asyncio.run(phase(sys.argv[2], Path(sys.argv[3])))
         os._exit(0)  # temporalio/sdk-python#300: leave before interpreter shutdown
-    old_commit = sys.argv[1] if len(sys.argv) > 1 else "c144c0f"
+    old_commit = sys.argv[1] if len(sys.argv) > 1 else "a6d5508"
     sys.path.insert(0, str(ROOT))
     from durable_agent.devserver import start_dev_server, stop_dev_server
 

@@ -18,7 +18,7 @@ from durable_agent.core.tool_specs import ToolOffer
 # after ``kill -9`` waits for it (or for the sticky queue's 2 s, or a heartbeat's timeout).
 # A task's local activity (the checkpoint) may take longer: the SDK extends the task. A
 # task that replays a whole history may not: ``continue_as_new_events`` keeps that short.
-WORKFLOW_TASK_SECONDS = 4
+WORKFLOW_TASK_SECONDS = 3
 
 
 class Timeouts(Frozen):
@@ -53,8 +53,8 @@ class Limits(Frozen):
     max_history_events: int = Field(40_000, ge=100)
     # At a tool boundary, once its export is acknowledged, the run continues as new
     # (a fresh history, the same run) when Temporal suggests it or past either of these.
-    # 2,000 events: about 150 steps, a whole replay in about 1.5 s, well within the 4 s a
-    # workflow task may take (a worker that takes over a run replays it whole)
+    # 2,000 events: about 150 steps, a whole replay in under a second, well within the 3 s
+    # a workflow task may take (a worker that takes over a run replays it whole)
     continue_as_new_events: int = Field(2_000, ge=50)
     continue_as_new_bytes: int = Field(10_000_000, ge=10_000)
     # No longer used (an export no longer passes through Temporal); accepted so that
