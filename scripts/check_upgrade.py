@@ -1,8 +1,8 @@
 """Check that a run started by an older version goes on, live, on this one.
 
-    python scripts/check_upgrade.py [OLD_COMMIT]      # default: a6d5508, the last main before 0.3
+    python scripts/check_upgrade.py [OLD_COMMIT]      # default: a6d5508, boundaries in two activities
 
-(``a6d5508`` checkpointed a boundary in two activities; ``e0b4055``, the last main before
+(``a6d5508`` is the last main before one-task boundaries; ``e0b4055``, the last main before
 linear history, and ``c144c0f``, before 0.2's layout, check those upgrades too.)
 
 A worker of the old commit (a git worktree) starts a run that reads a file
