@@ -144,3 +144,19 @@ async def test_an_export_written_whole_by_an_earlier_version_is_still_read(tmp_p
     parted, whole2 = run.grow()  # the next boundary, as parts, after a whole file
     await sink.deliver_parts(parted)
     assert await sink.fetch(whole2.descriptor) == whole2
+
+
+async def test_a_manifest_whose_part_was_lost_is_written_again_on_redelivery(tmp_path: Path) -> None:
+    """A machine that crashed after the manifest's rename may have lost its part's."""
+    run = Run()
+    sink = FilesystemExportSink(tmp_path)
+    for _ in range(3):
+        parted, whole = run.grow()
+        await sink.deliver_parts(parted)
+    [path] = tmp_path.rglob("turn-000003-*.json")
+    head = json.loads(path.read_text())["messages"]["part"]
+    (path.parent / "parts" / head).unlink()
+    with pytest.raises(ManifestError, match="missing"):
+        read_export_file(path)
+    await FilesystemExportSink(tmp_path).deliver_parts(parted)  # the activity's retry, or another worker's
+    assert read_export_file(path) == whole
