@@ -17,6 +17,7 @@ import signal
 import sys
 from datetime import timedelta
 
+import asyncpg
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
@@ -66,6 +67,31 @@ def worker_for_config(client: Client, config: AgentConfig, queue: str | None = N
     return build_worker(client, AgentActivities(config), queue)
 
 
+class StorageUnusable(Exception):
+    """The store or a sink cannot be used: refused for good, or not reachable in time."""
+
+
+async def connect_storage(activities: AgentActivities, wait_seconds: float = 60.0) -> None:
+    """Open the store's and sinks' connections (PostgreSQL's) before polling. Refused
+    credentials, permissions or schema fail at once; a database not up yet (a stack that
+    starts together) is waited for, ``wait_seconds`` at most."""
+    from durable_agent.activities.store.pg_schema import SchemaTooNew
+    from durable_agent.activities.store.postgres import PostgresConnectError
+
+    deadline = asyncio.get_running_loop().time() + wait_seconds
+    while True:
+        try:
+            await activities.connect()
+            return
+        except (PostgresConnectError, SchemaTooNew) as exc:
+            raise StorageUnusable(str(exc)) from exc
+        except (OSError, TimeoutError, asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError) as exc:
+            if asyncio.get_running_loop().time() > deadline:
+                raise StorageUnusable(f"the database is not reachable: {exc}") from exc
+            log.warning("the database is not reachable yet (%s); trying again", exc)
+            await asyncio.sleep(2)
+
+
 async def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -81,6 +107,12 @@ async def main() -> int:
             ' kind = "none" in the config to run bash unsandboxed)',
             file=sys.stderr,
         )
+        return 2
+    try:
+        await connect_storage(activities)
+    except StorageUnusable as exc:
+        print(f"worker: {exc}", file=sys.stderr)
+        await activities.aclose()
         return 2
     client = await connect()
     await ensure_search_attributes(client)

@@ -34,7 +34,31 @@ from durable_agent.activities.store.filesystem import FilesystemSessionStore
 from durable_agent.activities.tool_call import ToolCalls
 from durable_agent.activities.tools.base import Tool
 from durable_agent.activities.tools.registry import builtin_tools
-from durable_agent.config import AgentConfig
+from durable_agent.config import (
+    AgentConfig,
+    PostgresSinkConfig,
+    PostgresStoreConfig,
+    SinkConfig,
+    dsn_from_environment,
+)
+
+
+def build_store(config: AgentConfig) -> SessionStore:
+    """The session store the config names (a PostgreSQL one reads its DSN from the environment)."""
+    if isinstance(config.store, PostgresStoreConfig):
+        from durable_agent.activities.store.postgres import PostgresSessionStore
+
+        return PostgresSessionStore(dsn_from_environment("[store]", config.store.dsn_env))
+    return FilesystemSessionStore(config.store.path)
+
+
+def build_sink(name: str, config: SinkConfig) -> ExportSink:
+    """The export sink ``[sinks.NAME]`` names."""
+    if isinstance(config, PostgresSinkConfig):
+        from durable_agent.activities.pg_sink import PostgresExportSink
+
+        return PostgresExportSink(dsn_from_environment(f"[sinks.{name}]", config.dsn_env), name=name)
+    return FilesystemExportSink(config.path)
 
 
 class AgentActivities:
@@ -52,14 +76,12 @@ class AgentActivities:
         self.config = config
         self.providers = providers if providers is not None else build_providers(config)
         self.tools = tools if tools is not None else builtin_tools(config.sandbox)
-        self.store = store if store is not None else FilesystemSessionStore(config.store.path)
+        self.store = store if store is not None else build_store(config)
         self.states = RunStates(self.store)
         # read once: the credentials this worker holds, kept out of every result
         self.redact = Redactor.from_environment(config)
         self.sinks: dict[str, ExportSink] = (
-            sinks
-            if sinks is not None
-            else {name: FilesystemExportSink(s.path) for name, s in config.sinks.items()}
+            sinks if sinks is not None else {name: build_sink(name, s) for name, s in config.sinks.items()}
         )
         # the parts, sharing the pieces above (the same dicts: a tool added later is seen)
         self.planner = RunPlanner(config, self.providers, self.tools, self.sinks)
@@ -81,10 +103,18 @@ class AgentActivities:
         self.finish_run = self.legacy.finish_run
         self.load_session = self.legacy.load_session
 
+    async def connect(self) -> None:
+        """Open the store's and the sinks' connections now (a worker's start), where they have
+        any: bad credentials or a missing database fail here, not at a run's first step."""
+        for part in (self.store, *self.sinks.values()):
+            connect = getattr(part, "connect", None)
+            if connect is not None:
+                await connect()
+
     async def aclose(self) -> None:
-        """Release what the parts hold (the HTTP providers' connection pools)."""
-        for provider in self.providers.values():
-            close = getattr(provider, "aclose", None)
+        """Release what the parts hold (the HTTP providers' connection pools, the database's)."""
+        for part in (*self.providers.values(), self.store, *self.sinks.values()):
+            close = getattr(part, "aclose", None)
             if close is not None:
                 await close()
 

@@ -22,6 +22,8 @@ one portable file.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -53,29 +55,41 @@ def _series(head: str | None, count: int, chain: str) -> dict[str, Any]:
     return {"chain": chain, "count": count, "part": head}
 
 
-def write_parted(path: Path, export: PartedExport, parent: dict[str, Any] | None) -> dict[str, Any]:
-    """Write ``export``'s new part and its manifest at ``path``; ``parent`` is the manifest of an
-    earlier export of the run in this folder (its items are not written again where they are
-    the first items of this one). Returns the manifest written."""
-    parts = path.parent / PARTS
+@dataclass(frozen=True)
+class PartedWrite:
+    """What delivering one export as parts writes: new parts (name, bytes), then the manifest."""
+
+    parts: tuple[tuple[str, bytes], ...]
+    manifest: dict[str, Any]
+
+    @property
+    def manifest_bytes(self) -> bytes:
+        return json.dumps(self.manifest, indent=1, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def plan_parted(export: PartedExport, parent: dict[str, Any] | None) -> PartedWrite:
+    """The parts and the manifest of ``export``; ``parent`` is the manifest of an earlier export
+    of the run in the same place (its items are not written again where they are the first
+    items of this one). Writes nothing: the filesystem and PostgreSQL sinks store the result."""
     m_keep, m_prev = _kept(parent, "messages", export.message_chains)
     e_keep, e_prev = _kept(parent, "events", export.event_chains)
     new_messages, new_events = export.messages[m_keep:], export.events[e_keep:]
     m_head, e_head = m_prev, e_prev
+    parts: list[tuple[str, bytes]] = []
     if new_messages or new_events:
         header = {
             "events": {"new": len(new_events), "prev": e_prev},
             "kind": "turn",
             "messages": {"new": len(new_messages), "prev": m_prev},
         }
-        name = _write_part(parts, header, (*new_messages, *new_events))
+        name, data = _part(header, (*new_messages, *new_events))
+        parts.append((name, data))
         m_head = name if new_messages else m_prev
         e_head = name if new_events else e_prev
-    prior = (
-        _write_part(parts, {"kind": "records", "new": len(export.prior)}, export.prior)
-        if export.prior
-        else None
-    )
+    prior = None
+    if export.prior:
+        prior, data = _part({"kind": "records", "new": len(export.prior)}, export.prior)
+        parts.append((prior, data))
     manifest = {
         "schema": MANIFEST_SCHEMA,
         "descriptor": export.descriptor.model_dump(mode="json"),
@@ -84,9 +98,18 @@ def write_parted(path: Path, export: PartedExport, parent: dict[str, Any] | None
         "prior": prior,
         **{key: getattr(export, key).decode("utf-8") for key in _TEXT_PARTS},
     }
-    data = json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8") + b"\n"
-    write_atomic(path, data)
-    return manifest
+    return PartedWrite(tuple(parts), manifest)
+
+
+def write_parted(path: Path, export: PartedExport, parent: dict[str, Any] | None) -> dict[str, Any]:
+    """Write ``export``'s new parts, then its manifest at ``path`` (``plan_parted``), each fsynced."""
+    planned = plan_parted(export, parent)
+    for name, data in planned.parts:
+        part = path.parent / PARTS / name
+        if not part.exists():
+            write_atomic(part, data)
+    write_atomic(path, planned.manifest_bytes)
+    return planned.manifest
 
 
 def _kept(parent: dict[str, Any] | None, key: str, chains: tuple[str, ...]) -> tuple[int, str | None]:
@@ -100,13 +123,9 @@ def _kept(parent: dict[str, Any] | None, key: str, chains: tuple[str, ...]) -> t
     return count, series["part"]
 
 
-def _write_part(parts: Path, header: dict[str, Any], items: tuple[bytes, ...]) -> str:
+def _part(header: dict[str, Any], items: tuple[bytes, ...]) -> tuple[str, bytes]:
     data = b"".join((canonical_bytes(header), b"\n", *(item + b"\n" for item in items)))
-    name = sha256_digest(data).removeprefix("sha256:")
-    path = parts / name
-    if not path.exists():
-        write_atomic(path, data)
-    return name
+    return sha256_digest(data).removeprefix("sha256:"), data
 
 
 def whole_document(export: SessionCheckpointExportV1) -> bytes:
@@ -151,11 +170,25 @@ def read_export_file(path: Path) -> SessionCheckpointExportV1:
     raw = _parse(data, path.name)
     if not isinstance(raw, dict) or raw.get("schema") != MANIFEST_SCHEMA:
         return load_export(data)
-    return join_manifest(raw, path.parent / PARTS)
+    return join_manifest(raw, folder_reader(path.parent / PARTS))
 
 
-def join_manifest(manifest: dict[str, Any], parts: Path) -> SessionCheckpointExportV1:
-    """The whole export a manifest names, its items read from ``parts``."""
+def folder_reader(folder: Path) -> Callable[[str], bytes | None]:
+    """Parts read from ``folder`` (``None`` for one that is not there)."""
+
+    def read(name: str) -> bytes | None:
+        try:
+            return (folder / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    return read
+
+
+def join_manifest(
+    manifest: dict[str, Any], parts: Callable[[str], bytes | None]
+) -> SessionCheckpointExportV1:
+    """The whole export a manifest names, its parts read with ``parts`` (name -> bytes)."""
     try:
         descriptor = ExportDescriptor.model_validate(manifest["descriptor"])
         texts = {key: str(manifest[key]).encode("utf-8") for key in _TEXT_PARTS}
@@ -190,8 +223,8 @@ def join_manifest(manifest: dict[str, Any], parts: Path) -> SessionCheckpointExp
 class _Parts:
     """The parts a manifest names, each read once, checked against its name."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    def __init__(self, read: Callable[[str], bytes | None]) -> None:
+        self.read = read
         self._read: dict[str, tuple[dict[str, Any], list[bytes]]] = {}
 
     def part(self, name: str) -> tuple[dict[str, Any], list[bytes]]:
@@ -199,9 +232,11 @@ class _Parts:
             if not isinstance(name, str) or len(name) != 64 or not all(c in "0123456789abcdef" for c in name):
                 raise ManifestError(f"{name!r} is not the name of a part")
             try:
-                data = (self.folder / name).read_bytes()
+                data = self.read(name)
             except OSError as exc:
-                raise ManifestError(f"part {name} is missing: {exc}") from None
+                raise ManifestError(f"part {name} cannot be read: {exc}") from None
+            if data is None:
+                raise ManifestError(f"part {name} is missing")
             if sha256_digest(data) != "sha256:" + name:
                 raise ManifestError(f"part {name} does not match its name (damaged)")
             first, _, rest = data.partition(b"\n")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench.tokens import ReaderModel
 from durable_agent.activities import AgentActivities
-from durable_agent.config import AgentConfig, parse_config
+from durable_agent.config import AgentConfig, FilesystemSinkConfig, parse_config
 
 SINK = "local"
 WORDS = ("request", "response", "cache", "miss", "retry", "timeout", "worker", "queue", "payload",
@@ -68,7 +68,9 @@ def reader_config(base: Path) -> AgentConfig:
 
 def sink_root(config: AgentConfig) -> Path:
     """Where the filesystem sink of ``reader_config`` writes."""
-    return config.sinks[SINK].path
+    sink = config.sinks[SINK]
+    assert isinstance(sink, FilesystemSinkConfig)
+    return sink.path
 
 
 def reader_activities(config: AgentConfig) -> tuple[AgentActivities, ReaderModel]:

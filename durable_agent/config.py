@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -136,13 +136,42 @@ class FilesystemStoreConfig(_Strict):
     path: Path = Path(".agent/store")
 
 
+class PostgresStoreConfig(_Strict):
+    """The session store on PostgreSQL, shared by workers on many machines. The connection
+    string is read from the environment variable ``dsn_env`` names, never from this file."""
+
+    kind: Literal["postgres"]
+    dsn_env: str = Field("AGENT_PG_DSN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+StoreConfig = Annotated[FilesystemStoreConfig | PostgresStoreConfig, Field(discriminator="kind")]
+
+
 class FilesystemSinkConfig(_Strict):
     kind: Literal["filesystem"] = "filesystem"
     path: Path
 
 
-# One kind so far; with a second, this becomes a union tagged by ``kind``.
-SinkConfig = FilesystemSinkConfig
+class PostgresSinkConfig(_Strict):
+    """Exports kept in PostgreSQL (the sink's name keeps its rows apart from other sinks')."""
+
+    kind: Literal["postgres"]
+    dsn_env: str = Field("AGENT_PG_DSN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+SinkConfig = Annotated[FilesystemSinkConfig | PostgresSinkConfig, Field(discriminator="kind")]
+
+
+def _default_sink() -> SinkConfig:
+    return FilesystemSinkConfig(path=Path(".agent/exports"))
+
+
+def dsn_from_environment(what: str, variable: str) -> str:
+    """The connection string in ``variable``; ``ConfigError`` naming ``what`` when it is unset."""
+    dsn = os.environ.get(variable, "").strip()
+    if not dsn:
+        raise ConfigError(f"{what} is on PostgreSQL: set the environment variable {variable} to its DSN")
+    return dsn
 
 
 class SandboxConfig(_Strict):
@@ -217,10 +246,8 @@ class AgentConfig(_Strict):
     # How long a call that needs a person's approval waits before it is denied (none: for ever).
     approval_timeout_seconds: float | None = Field(None, gt=0)
     providers: dict[str, ProviderConfig] = Field(default_factory=_demo_providers)
-    store: FilesystemStoreConfig = FilesystemStoreConfig()
-    sinks: dict[str, SinkConfig] = Field(
-        default_factory=lambda: {"local": FilesystemSinkConfig(path=Path(".agent/exports"))}
-    )
+    store: StoreConfig = FilesystemStoreConfig()
+    sinks: dict[str, SinkConfig] = Field(default_factory=lambda: {"local": _default_sink()})
     permissions: PermissionPolicy = PermissionPolicy(allow=("read(**)", "ls(**)"))
     timeouts: Timeouts = Timeouts()
     limits: Limits = Limits()
@@ -228,6 +255,24 @@ class AgentConfig(_Strict):
     conversation: ConversationConfig = ConversationConfig()
     budgets: BudgetsConfig = BudgetsConfig()
     context: ContextConfig = ContextConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _filesystem_by_default(cls, data: Any) -> Any:
+        """A ``[store]`` or ``[sinks.NAME]`` without ``kind`` is a filesystem one, as before kinds."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if isinstance(data.get("store"), dict) and "kind" not in data["store"]:
+            data["store"] = {**data["store"], "kind": "filesystem"}
+        if isinstance(data.get("sinks"), dict):
+            data["sinks"] = {
+                name: {**sink, "kind": "filesystem"}
+                if isinstance(sink, dict) and "kind" not in sink
+                else sink
+                for name, sink in data["sinks"].items()
+            }
+        return data
 
     @model_validator(mode="after")
     def _references_exist(self) -> AgentConfig:
@@ -251,7 +296,13 @@ class AgentConfig(_Strict):
             else p
             for name, p in self.providers.items()
         }
-        sinks = {name: s.model_copy(update={"path": fix(s.path)}) for name, s in self.sinks.items()}
+        sinks = {
+            name: s.model_copy(update={"path": fix(s.path)}) if isinstance(s, FilesystemSinkConfig) else s
+            for name, s in self.sinks.items()
+        }
+        store = self.store
+        if isinstance(store, FilesystemStoreConfig):
+            store = store.model_copy(update={"path": fix(store.path)})
         sandbox = self.sandbox.model_copy(
             update={
                 "read_only": tuple(fix(p) for p in self.sandbox.read_only),
@@ -262,7 +313,7 @@ class AgentConfig(_Strict):
             update={
                 "providers": providers,
                 "sinks": sinks,
-                "store": self.store.model_copy(update={"path": fix(self.store.path)}),
+                "store": store,
                 "default_workspace": fix(self.default_workspace),
                 "sandbox": sandbox,
             }

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from temporalio.client import Client
 
 from durable_agent.client import connect, ensure_search_attributes
 from durable_agent.devserver import start_ephemeral_server
+from tests.pg_server import PG_DSN_ENV, LocalPostgres, database_dsn
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +31,36 @@ async def temporal_client() -> AsyncIterator[Client]:
 @pytest.fixture
 def client(temporal_client: Client) -> Client:
     return temporal_client
+
+
+@pytest.fixture(scope="session")
+def pg_server_dsn() -> Iterator[str]:
+    """A real PostgreSQL server: ``AGENT_TEST_PG_DSN``, or one started here (``tests/pg_server.py``)."""
+    given = os.environ.get(PG_DSN_ENV)
+    if given:
+        yield given
+        return
+    server = LocalPostgres()
+    try:
+        yield server.dsn
+    finally:
+        server.close()
+
+
+@pytest.fixture
+async def pg_dsn(pg_server_dsn: str) -> AsyncIterator[str]:
+    """A fresh, empty database on that server, for one test; dropped after it."""
+    import asyncpg
+
+    name = f"agent_test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(pg_server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    yield database_dsn(pg_server_dsn, name)
+    admin = await asyncpg.connect(pg_server_dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()

@@ -3,13 +3,16 @@ implementations, and proof that the checks fail an implementation that breaks th
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
+from durable_agent.activities.pg_sink import PostgresExportSink
 from durable_agent.activities.sinks import ExportSink, FilesystemExportSink
 from durable_agent.activities.store import FilesystemSessionStore, MemorySessionStore, SessionStore
+from durable_agent.activities.store.postgres import PostgresSessionStore
 from durable_agent.conformance import (
     SINK_CHECKS,
     STORE_CHECKS,
@@ -37,6 +40,38 @@ async def test_the_built_in_stores_pass_each_check(
     check: Check[SessionStore], kind: str, tmp_path: Path
 ) -> None:
     await check(STORES[kind](tmp_path))
+
+
+@pytest.mark.parametrize("check", STORE_CHECKS.values(), ids=STORE_CHECKS.keys())
+async def test_the_postgres_store_passes_each_check(check: Check[SessionStore], pg_dsn: str) -> None:
+    store = PostgresSessionStore(pg_dsn)
+    try:
+        await check(store)
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("check", SINK_CHECKS.values(), ids=SINK_CHECKS.keys())
+async def test_the_postgres_sink_passes_each_check(check: Check[ExportSink], pg_dsn: str) -> None:
+    sink = PostgresExportSink(pg_dsn)
+    try:
+        await check(sink)
+    finally:
+        await sink.aclose()
+
+
+async def test_a_postgres_sink_that_cannot_reach_its_database_raises_sink_error(pg_dsn: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    sink = PostgresExportSink(f"postgresql://agent@127.0.0.1:{port}/nowhere")
+    await check_failing_sink(sink)
+    # and one whose database has none of this sink's exports gives nothing back
+    other = PostgresExportSink(pg_dsn, name="other")
+    try:
+        assert await other.fetch(sample_export(1).descriptor) is None
+    finally:
+        await other.aclose()
 
 
 @pytest.mark.parametrize("check", SINK_CHECKS.values(), ids=SINK_CHECKS.keys())

@@ -320,7 +320,7 @@ def _on_a_mount(path: PurePosixPath, worker: Service) -> bool:
 
 
 def test_worker_config_is_self_consistent() -> None:
-    from durable_agent.config import ConfigError, load_config
+    from durable_agent.config import ConfigError, FilesystemSinkConfig, FilesystemStoreConfig, load_config
 
     worker = load_compose_services()["worker"]
     workdir = dockerfile_workdir()
@@ -352,8 +352,10 @@ def test_worker_config_is_self_consistent() -> None:
 
     # What the container writes to its own filesystem is lost with it, so the
     # store and the filesystem sinks must sit on a volume.
-    locations = {"store": config.store.path}
-    locations.update({f"sinks.{name}": sink.path for name, sink in config.sinks.items()})
+    locations = {"store": config.store.path} if isinstance(config.store, FilesystemStoreConfig) else {}
+    locations.update(
+        {f"sinks.{name}": s.path for name, s in config.sinks.items() if isinstance(s, FilesystemSinkConfig)}
+    )
     for label, location in locations.items():
         assert _on_a_mount(in_container(location), worker), (
             f"{label} path {in_container(location)} is on no worker volume {worker.volumes}"

@@ -141,6 +141,7 @@ DECLARED_THIRD_PARTY = frozenset(
         "re2",
         "tree_sitter",
         "tree_sitter_bash",
+        "asyncpg",
     }
 )
 # The top-level names ``durable_agent`` must never claim or import: a user's project has its own.

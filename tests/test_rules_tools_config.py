@@ -9,7 +9,7 @@ import pytest
 
 from durable_agent.activities.tools import ToolFailure, builtin_tools
 from durable_agent.activities.tools.base import confine
-from durable_agent.config import ConfigError, ScriptedProviderConfig, load_config
+from durable_agent.config import ConfigError, FilesystemSinkConfig, ScriptedProviderConfig, load_config
 from durable_agent.core.permissions import InvalidRule, PermissionPolicy, parse_rule
 from durable_agent.core.tool_args import READ_MAX_BYTES
 from durable_agent.core.tool_specs import LsArgs, ReadArgs
@@ -165,7 +165,8 @@ def test_config_file_paths_are_relative_to_the_file(tmp_path: Path) -> None:
     config = load_config(path)
     fixture = config.providers["fixture"]
     assert isinstance(fixture, ScriptedProviderConfig) and fixture.script == tmp_path / "s.json"
-    assert config.sinks["local"].path == tmp_path / "out"
+    local = config.sinks["local"]
+    assert isinstance(local, FilesystemSinkConfig) and local.path == tmp_path / "out"
 
 
 @pytest.mark.parametrize(
