@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +16,11 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.pg_sink import PostgresExportSink
 from durable_agent.activities.store.postgres import PostgresSessionStore
 from durable_agent.config import AgentConfig, ConfigError, PostgresSinkConfig, PostgresStoreConfig
+from durable_agent.core.models import ToolResultBlock
+from durable_agent.core.run_api import RunStatusView
 from durable_agent.worker import StorageUnusable, connect_storage
-from tests.helpers import final, read_call, running_worker, scripted_config, start, workspace_with
-from tests.pg_server import database_dsn
+from tests.helpers import final, read_call, running_worker, scripted_config, start, until, workspace_with
+from tests.pg_server import LocalPostgres, database_dsn
 
 DSN_ENV = "AGENT_TEST_RUN_PG_DSN"
 
@@ -54,6 +60,7 @@ async def test_a_run_on_the_postgres_store_and_sink_exports_every_boundary(
         last = await sink.fetch(series[-1])
         assert last is not None
         assert [m.role for m in last.open().logical_resume.messages][-1] == "user"
+        await check_the_cli_reads_the_database(tmp_path, pg_dsn, result.session_id, result.run_id)
         # the run ended: its log left the store, its record stayed with its session
         records = await acts.store.load_run_records(result.session_id)
         assert [r.snapshot.status for r in records] == ["completed"]
@@ -81,3 +88,90 @@ def test_a_postgres_store_without_its_dsn_variable_is_a_config_error(
     monkeypatch.delenv(DSN_ENV, raising=False)
     with pytest.raises(ConfigError, match=f"set the environment variable {DSN_ENV}"):
         AgentActivities(pg_config(tmp_path, [final()]))
+
+
+def run_cli(*args: str, cwd: Path, config: Path, dsn: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AGENT_CONFIG": str(config), DSN_ENV: dsn, "PYTHONIOENCODING": "utf-8"}
+    return subprocess.run(
+        [sys.executable, "-m", "durable_agent.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+async def check_the_cli_reads_the_database(tmp_path: Path, dsn: str, session: str, run: str) -> None:
+    config = tmp_path / "cli.toml"
+    config.write_text(f'[sinks.local]\nkind = "postgres"\ndsn_env = "{DSN_ENV}"\n')
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, cwd=tmp_path, config=config, dsn=dsn)
+
+    listed = await asyncio.to_thread(cli, "exports", session)
+    assert listed.returncode == 0, listed.stderr
+    refs = [line.split()[0] for line in listed.stdout.splitlines()]
+    assert refs == [f"pg:{session}/{run}/1", f"pg:{session}/{run}/2"]
+    verified = await asyncio.to_thread(cli, "verify", *refs, f"pg:{session}/{run}/9", "pg:nonsense")
+    assert verified.returncode == 1
+    assert f"OK {refs[0]}: session {session} run {run} turn 1" in verified.stdout
+    assert f"OK {refs[1]}" in verified.stdout
+    assert (
+        f"FAILED pg:{session}/{run}/9: ExportRefError: sink 'local' holds no export of turn 9"
+        in verified.stdout
+    )
+    assert "FAILED pg:nonsense: ExportRefError: 'pg:nonsense' is not pg:SESSION/RUN/TURN" in verified.stdout
+    packed = await asyncio.to_thread(cli, "pack", refs[1], "-o", str(tmp_path / "turn2.json"))
+    assert packed.returncode == 0, packed.stderr
+    again = await asyncio.to_thread(cli, "verify", str(tmp_path / "turn2.json"))
+    assert again.returncode == 0 and "turn 2" in again.stdout, again.stdout + again.stderr
+
+
+async def test_a_database_down_for_20_s_mid_run_costs_retries_not_the_run(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await asyncio.to_thread(LocalPostgres)  # its own, to stop and start
+    try:
+        monkeypatch.setenv(DSN_ENV, server.dsn)
+        ws = workspace_with(tmp_path, {f"f{i}.txt": f"file {i}\n" * 300 for i in range(6)})
+        responses = [{**read_call(f"r{i}", f"f{i}.txt"), "delay_ms": 300} for i in range(6)]
+        acts = AgentActivities(pg_config(tmp_path, [*responses, final("all read")]))
+        sink = acts.sinks["local"]
+        assert isinstance(sink, PostgresExportSink)
+        try:
+            await connect_storage(acts)
+            async with running_worker(client, acts) as queue:
+                handle = await start(client, queue, ws, "read them all", max_tool_rounds=10)
+
+                async def two_exports() -> bool:
+                    status = await handle.query("status", result_type=RunStatusView)
+                    return bool(status.exports_delivered >= 2)
+
+                await until("two exports", two_exports, 30)
+                await asyncio.to_thread(server.stop)
+                await asyncio.sleep(20)
+                await asyncio.to_thread(server.start)
+                result = await asyncio.wait_for(handle.result(), 180)
+            assert result.status == "completed" and result.text == "all read", result
+            # the outage is on the run's record: a boundary whose save and export it stopped
+            assert result.export_failures and result.persistence_failures, result
+            events = {
+                r.event.type for r in last_record_events(await acts.store.load_run_records(result.session_id))
+            }
+            assert {"checkpoint_export_failed", "persistence_failed"} <= events, events
+            # nothing lost: the last export holds every tool result, in order
+            series = await sink.series(result.session_id, result.run_id)
+            last = await sink.fetch(series[-1])
+            assert last is not None
+            ids = [
+                b.tool_use_id
+                for m in last.open().logical_resume.messages
+                for b in m.content
+                if isinstance(b, ToolResultBlock)
+            ]
+            assert ids == [f"r{i}" for i in range(6)]
+            assert [d.turn for d in series] == sorted({d.turn for d in series})  # no turn twice
+        finally:
+            await acts.aclose()
+    finally:
+        await asyncio.to_thread(server.close)
+
+
+def last_record_events(records: list[Any]) -> list[Any]:
+    return list(records[-1].events) if records else []

@@ -22,6 +22,7 @@ from temporalio.service import RPCError
 
 from durable_agent.cli.approvals import add_commands as add_approval_commands
 from durable_agent.cli.common import build_run_input, err, failure_text, follow_and_report
+from durable_agent.cli.exports import PG_PREFIX, cmd_exports, read_export_ref
 from durable_agent.cli.render import EventPrinter, print_result, print_status
 from durable_agent.client import (
     connect,
@@ -117,16 +118,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         **_budget_fields(args),
     }
     if args.command == "resume":
+        if args.on_worker and args.export.startswith(PG_PREFIX):
+            err("resume: --on-worker takes a file on the worker's machine, not a pg: reference")
+            return 2
         path = Path(args.export).expanduser().absolute()
         size = 0
         try:
             by_path = args.on_worker
             if not by_path:
-                from durable_agent.activities.sink_files import read_export_file
-
-                export = read_export_file(path)  # a sink's manifest is joined with its parts
+                # a sink's manifest is joined with its parts; pg:SESSION/RUN/TURN is read from the database
+                export = read_export_ref(args.export, args.sink)
                 size = export.descriptor.size_bytes
                 by_path = size > RESUME_BY_VALUE_BYTES
+            if by_path and args.export.startswith(PG_PREFIX):
+                err(
+                    f"resume: {args.export} is {size:,} bytes, more than a run's input may hold: "
+                    "write it to a file on the worker's machine with `durable-agent pack`, then "
+                    "resume that file with --on-worker"
+                )
+                return 2
             if by_path:
                 # too large for a workflow input: the worker reads it (a path on its machine)
                 fields["resume_from_file"] = str(path)
@@ -322,12 +332,10 @@ def _network(command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]) 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check export files the filesystem sink wrote: every digest, the schema and the contract."""
-    from durable_agent.activities.sink_files import read_export_file
-
     failed = 0
     for name in args.files:
         try:
-            export = read_export_file(Path(name))
+            export = read_export_ref(name, args.sink)
             export.open()
         except (OSError, ValueError) as exc:  # ExportError and pydantic's ValidationError are ValueErrors
             failed += 1
@@ -340,11 +348,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     """Write an export the filesystem sink holds (a manifest and its parts) as one portable file."""
-    from durable_agent.activities.sink_files import read_export_file, whole_document
+    from durable_agent.activities.sink_files import whole_document
 
-    source = Path(args.file)
     try:
-        export = read_export_file(source)
+        export = read_export_ref(args.file, args.sink)
         export.open()
     except (OSError, ValueError) as exc:  # ExportError and pydantic's ValidationError are ValueErrors
         err(f"pack: {args.file}: {_one_line(exc)}")
@@ -412,7 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--prompt", required=True)
     _run_options(run)
     resume = sub.add_parser("resume", help="start a new run that goes on from an export file")
-    resume.add_argument("export", metavar="EXPORT_JSON", help="a file the filesystem sink wrote")
+    resume.add_argument(
+        "export", metavar="EXPORT", help="a file the filesystem sink wrote, or pg:SESSION/RUN/TURN (--sink)"
+    )
     resume.add_argument("--force", action="store_true", help="even where the worker's tools or rules differ")
     resume.add_argument("--prompt", help="a user message the resumed run adds before its first request")
     resume.add_argument(
@@ -463,12 +472,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_approval_commands(sub, _network)
 
     verify = sub.add_parser("verify", help="check export files written by the filesystem sink")
-    verify.add_argument("files", nargs="+", metavar="EXPORT_JSON")
+    verify.add_argument("files", nargs="+", metavar="EXPORT", help="a file, or pg:SESSION/RUN/TURN")
+    verify.add_argument("--sink", help="the PostgreSQL sink of pg: references (default: the config's)")
     verify.set_defaults(func=cmd_verify)
     pack = sub.add_parser("pack", help="write an export the filesystem sink holds as one portable file")
-    pack.add_argument("file", help="the export's turn-*.json file in the sink's folder")
+    pack.add_argument(
+        "file", help="the export's turn-*.json file in the sink's folder, or pg:SESSION/RUN/TURN"
+    )
+    pack.add_argument("--sink", help="the PostgreSQL sink of a pg: reference (default: the config's)")
     pack.add_argument("-o", "--out", help="where to write it (default: <run>-turn-<turn>.json here)")
     pack.set_defaults(func=cmd_pack)
+
+    exports = sub.add_parser("exports", help="list a session's exports in a sink (files, or pg: references)")
+    exports.add_argument("session_id")
+    exports.add_argument("--sink", help="the sink (default: the config's default_sink)")
+    exports.set_defaults(func=cmd_exports)
     return parser
 
 
