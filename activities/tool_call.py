@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,10 @@ class ToolCalls:
     @activity.defn(name=TOOL_CALL.name)
     async def tool_call(self, inp: ToolCallInput) -> ToolOutput:
         """Run one tool call in the workspace; expected failures become tool errors."""
+        output = await self._tool_call(inp)
+        return output.model_copy(update={"completed_at_ms": int(time.time() * 1000)})
+
+    async def _tool_call(self, inp: ToolCallInput) -> ToolOutput:
         tool = self.tools.get(inp.name)
         if tool is None:
             return ToolOutput(content=f"unknown tool {inp.name!r} on this worker", is_error=True)

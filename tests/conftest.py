@@ -11,7 +11,7 @@ from temporalio.client import Client
 
 from durable_agent.client import connect, ensure_search_attributes
 from durable_agent.devserver import start_ephemeral_server
-from tests.pg_server import PG_DSN_ENV, LocalPostgres, database_dsn
+from tests.pg_server import PG_DSN_ENV, LocalPostgres, database_dsn, pg_bin
 
 
 @pytest.fixture(scope="session")
@@ -40,11 +40,32 @@ def pg_server_dsn() -> Iterator[str]:
     if given:
         yield given
         return
+    if pg_bin("initdb") is None and docker_reachable():
+        # no server programs here, but a Docker engine: PostgreSQL in a container
+        from testcontainers.community.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16", driver=None) as container:
+            yield container.get_connection_url()
+        return
     server = LocalPostgres()
     try:
         yield server.dsn
     finally:
         server.close()
+
+
+def docker_reachable() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=5)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception:  # no package, no engine, no socket: not reachable
+        return False
+    return True
 
 
 @pytest.fixture

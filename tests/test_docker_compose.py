@@ -23,6 +23,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -320,7 +321,14 @@ def _on_a_mount(path: PurePosixPath, worker: Service) -> bool:
 
 
 def test_worker_config_is_self_consistent() -> None:
-    from durable_agent.config import ConfigError, FilesystemSinkConfig, FilesystemStoreConfig, load_config
+    from durable_agent.config import (
+        ConfigError,
+        FilesystemSinkConfig,
+        FilesystemStoreConfig,
+        PostgresSinkConfig,
+        PostgresStoreConfig,
+        load_config,
+    )
 
     worker = load_compose_services()["worker"]
     workdir = dockerfile_workdir()
@@ -360,6 +368,17 @@ def test_worker_config_is_self_consistent() -> None:
         assert _on_a_mount(in_container(location), worker), (
             f"{label} path {in_container(location)} is on no worker volume {worker.volumes}"
         )
+
+    # A PostgreSQL store or sink reads its DSN from the variable it names: the worker must have it,
+    # and the stack's database service must be what it points at.
+    for label, part in [("store", config.store), *((f"sinks.{n}", s) for n, s in config.sinks.items())]:
+        if isinstance(part, (PostgresStoreConfig, PostgresSinkConfig)):
+            dsn = worker.environment.get(part.dsn_env)
+            assert dsn, f"{label} reads ${part.dsn_env}, which the worker service does not set"
+            host = urlsplit(dsn.replace("${", "").replace("}", "")).hostname
+            assert host == "postgresql", (
+                f"{label}: ${part.dsn_env} points at {host!r}, not the stack's database"
+            )
 
     workspace = in_container(config.default_workspace)
     assert _on_a_mount(workspace, worker), (
@@ -533,16 +552,18 @@ def test_compose_stack_comes_up(monkeypatch: pytest.MonkeyPatch) -> None:
             ui_host, ui_port = _published_address(compose, "temporal-ui", 8080)
             _wait_for_http_200(f"http://{ui_host}:{ui_port}/")
 
-            worker = compose.get_container("worker")
-            assert worker.State == "running", f"worker container is {worker.State}"
+            workers = [c for c in compose.get_containers() if c.Service == "worker"]
+            assert len(workers) == 2, f"{len(workers)} worker containers, expected the 2 replicas"
             import docker
 
             client = docker.from_env(timeout=10)
             try:
-                restarts = client.containers.get(worker.ID).attrs["RestartCount"]
+                for worker in workers:
+                    assert worker.State == "running", f"worker container is {worker.State}"
+                    restarts = client.containers.get(worker.ID).attrs["RestartCount"]
+                    assert restarts == 0, f"worker container restarted {restarts} time(s)"
             finally:
                 client.close()
-            assert restarts == 0, f"worker container restarted {restarts} time(s)"
         except BaseException:
             stdout, stderr = compose.get_logs()
             print(f"--- docker compose logs (last 200 lines) ---\n{_tail(stdout + stderr, 200)}")

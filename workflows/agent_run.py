@@ -313,8 +313,10 @@ class AgentRun:
             self._cancellation.check()
             state.emit(ToolStartEvent.of(call.id, call.name, call.input), now_ms())
             output = await self._tool_step(state, call)
-            state.add_tool_result(call, output.content, output.is_error, now_ms(), output.staged)
-            await self._log.boundary(state)
+            # the tool activity's own time, from the history, when it ran (see ToolOutput)
+            at_ms = output.completed_at_ms or now_ms()
+            state.add_tool_result(call, output.content, output.is_error, at_ms, output.staged)
+            await self._log.boundary(state, at_ms)
             if self._starter.should_continue_as_new(state):
                 await self._starter.continue_as_new(state)
         state.emit(TurnEndEvent(turn=state.turn, usage=state.usage), now_ms())
@@ -389,8 +391,9 @@ class AgentRun:
             content = (
                 output.content if output.permission == "denied" else f"permission denied: {output.content}"
             )
-            state.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=content), now_ms())
-            return ToolOutput(content=content, is_error=True)
+            at_ms = output.completed_at_ms or now_ms()
+            state.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=content), at_ms)
+            return ToolOutput(content=content, is_error=True, completed_at_ms=output.completed_at_ms)
         return output
 
     async def _call_tool(

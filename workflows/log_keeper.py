@@ -106,12 +106,13 @@ class LogKeeper:
             return
         state.record_opened(opened.prior_run_ids)
 
-    async def boundary(self, state: LoopState) -> None:
-        """Save what is new to the run's log, then wait for the sink to acknowledge the export."""
+    async def boundary(self, state: LoopState, at_ms: int | None = None) -> None:
+        """Save what is new to the run's log, then wait for the sink to acknowledge the export.
+        ``at_ms``: the boundary's time, when the history fixes it (the tool activity's)."""
         plan, turn = state.plan, state.turn
         state.take_entry()
         if workflow.patched(ONE_CHECKPOINT_PATCH):
-            await self._checkpoint(state)
+            await self._checkpoint(state, at_ms)
             return
         await self.save(state)
         self._presence.details(f"exporting turn {turn}")
@@ -129,7 +130,7 @@ class LogKeeper:
             return
         state.record_export(descriptor, plan.export_sink, sent, now_ms())
 
-    async def _checkpoint(self, state: LoopState) -> None:
+    async def _checkpoint(self, state: LoopState, at_ms: int | None) -> None:
         """The boundary as one local activity: the save (when there is something to save),
         then the export. A store without the state gets it again from this history, once."""
         plan, turn = state.plan, state.turn
@@ -137,7 +138,8 @@ class LogKeeper:
         for attempt in (1, 2):
             sent = state.head
             save = self._save_input(state)
-            facts = state.export_facts(now_ms())
+            # its input is not recorded: a workflow task run again must build the same bytes
+            facts = state.export_facts(at_ms or now_ms())
             checkpoint = CheckpointInput(
                 save=save, export=ExportInput(sink=plan.export_sink, log=sent, facts=facts)
             )

@@ -89,6 +89,10 @@ class ToolOutput(Frozen):
     # or needs a person's decision first.
     permission: Literal["denied", "ask"] | None = None
     resolved_target: str | None = None
+    # When the activity returned (epoch ms): the workflow stamps the call's end and its boundary
+    # with it, not with its own clock, so that a workflow task that runs again after its worker
+    # died builds the same checkpoint, byte for byte (its local activity's input is not recorded).
+    completed_at_ms: int | None = None
 
 
 class ModelStepInput(Frozen):
