@@ -4,12 +4,12 @@ Run it only for an intended change that breaks replay (ship such a change
 behind ``workflow.patched``, or as a new workflow version, and keep the old
 histories): ::
 
-    python scripts/record_history.py basic tests/histories/agent_run_v4.json
-    python scripts/record_history.py approval tests/histories/agent_run_approval_v4.json
-    python scripts/record_history.py continued tests/histories/agent_run_continued_v4.json
-    python scripts/record_history.py guarded tests/histories/agent_run_guarded_v4.json
-    python scripts/record_history.py compacted tests/histories/agent_run_compacted_v4.json
-    python scripts/record_history.py conversation tests/histories/agent_run_conversation_v4.json
+    python scripts/record_history.py basic tests/histories/agent_run_v5.json
+    python scripts/record_history.py approval tests/histories/agent_run_approval_v5.json
+    python scripts/record_history.py continued tests/histories/agent_run_continued_v5.json
+    python scripts/record_history.py guarded tests/histories/agent_run_guarded_v5.json
+    python scripts/record_history.py compacted tests/histories/agent_run_compacted_v5.json
+    python scripts/record_history.py conversation tests/histories/agent_run_conversation_v5.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -19,6 +19,9 @@ commands are the same but whose inputs differ: the plan is resolved without the 
 ``*_v4`` checkpoint each tool boundary in one local activity (``agent.checkpoint``,
 the ``boundary-one-local-checkpoint`` patch) instead of ``agent.save_checkpoint`` then
 ``agent.export_checkpoint``; the earlier histories replay the two activities.
+``*_v5``: a boundary whose call never ran (denied, unknown) is checkpointed by an ordinary
+``agent.checkpoint`` activity (the ``boundary-checkpoint-same-bytes`` patch), its input recorded;
+after a tool activity it stays local, stamped with the activity's completion time.
 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the

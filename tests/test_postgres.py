@@ -49,6 +49,24 @@ async def test_a_run_on_the_postgres_store_and_sink_exports_every_boundary(
         await connect_storage(acts)
         async with running_worker(client, acts) as queue:
             result = await (await start(client, queue, ws, "read both")).result()
+            # a run resumed from the database's export of turn 1 makes the second read again
+            config_file = tmp_path / "cli.toml"
+            config_file.write_text(f'[sinks.local]\nkind = "postgres"\ndsn_env = "{DSN_ENV}"\n')
+            target = client.service_client.config.target_host
+            resumed = await asyncio.to_thread(
+                run_cli,
+                *("resume", f"pg:{result.session_id}/{result.run_id}/1", "--workspace", str(ws)),
+                cwd=tmp_path,
+                config=config_file,
+                dsn=pg_dsn,
+                extra={
+                    "TEMPORAL_ADDRESS": target,
+                    "TEMPORAL_NAMESPACE": client.namespace,
+                    "AGENT_TASK_QUEUE": queue,
+                },
+            )
+            assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+            assert "read b.txt" in resumed.stdout and "both read" in resumed.stdout, resumed.stdout
         assert result.status == "completed" and result.text == "both read", result
         assert [e.turn for e in result.exports] == [1, 2]
         series = await sink.series(result.session_id, result.run_id)
@@ -90,8 +108,16 @@ def test_a_postgres_store_without_its_dsn_variable_is_a_config_error(
         AgentActivities(pg_config(tmp_path, [final()]))
 
 
-def run_cli(*args: str, cwd: Path, config: Path, dsn: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "AGENT_CONFIG": str(config), DSN_ENV: dsn, "PYTHONIOENCODING": "utf-8"}
+def run_cli(
+    *args: str, cwd: Path, config: Path, dsn: str, extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "AGENT_CONFIG": str(config),
+        DSN_ENV: dsn,
+        "PYTHONIOENCODING": "utf-8",
+        **(extra or {}),
+    }
     return subprocess.run(
         [sys.executable, "-m", "durable_agent.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
     )
@@ -175,3 +201,27 @@ async def test_a_database_down_for_20_s_mid_run_costs_retries_not_the_run(
 
 def last_record_events(records: list[Any]) -> list[Any]:
     return list(records[-1].events) if records else []
+
+
+async def test_workers_starting_together_migrate_the_schema_once(pg_dsn: str) -> None:
+    import asyncpg
+
+    from durable_agent.activities.store.pg_schema import SCHEMA_VERSION, SchemaTooNew, migrate
+
+    async def one_worker() -> int:
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            return await migrate(conn)
+        finally:
+            await conn.close()
+
+    had = await asyncio.gather(*(one_worker() for _ in range(6)))
+    assert sorted(had) == [0] + [SCHEMA_VERSION] * 5  # one migrated, the others found it done
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM agent_schema") == SCHEMA_VERSION
+        await conn.execute("INSERT INTO agent_schema (version) VALUES ($1)", SCHEMA_VERSION + 1)
+        with pytest.raises(SchemaTooNew, match="upgrade this worker"):
+            await migrate(conn)
+    finally:
+        await conn.close()

@@ -314,8 +314,8 @@ class AgentRun:
             state.emit(ToolStartEvent.of(call.id, call.name, call.input), now_ms())
             output = await self._tool_step(state, call)
             # the tool activity's own time, from the history, when it ran (see ToolOutput)
-            at_ms = output.completed_at_ms or now_ms()
-            state.add_tool_result(call, output.content, output.is_error, at_ms, output.staged)
+            at_ms = output.completed_at_ms
+            state.add_tool_result(call, output.content, output.is_error, at_ms or now_ms(), output.staged)
             await self._log.boundary(state, at_ms)
             if self._starter.should_continue_as_new(state):
                 await self._starter.continue_as_new(state)

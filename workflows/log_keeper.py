@@ -53,6 +53,12 @@ T = TypeVar("T")
 # Histories recorded before it replay the two activities.
 ONE_CHECKPOINT_PATCH = "boundary-one-local-checkpoint"
 
+# Since this patch a boundary whose time the history does not fix (a call that never ran: denied,
+# unknown, refused after a wait) is checkpointed by ``agent.checkpoint`` as an ordinary activity,
+# whose input the history records: a worker that dies in it leaves a retry that builds the same
+# bytes. A boundary after a tool activity stays local, stamped with the activity's own time.
+SAME_BYTES_PATCH = "boundary-checkpoint-same-bytes"
+
 # A restore sends a run's entries in batches of about this many bytes (a payload may hold 2 MB).
 RESTORE_BATCH_BYTES = 1_000_000
 
@@ -135,6 +141,7 @@ class LogKeeper:
         then the export. A store without the state gets it again from this history, once."""
         plan, turn = state.plan, state.turn
         self._presence.details(f"checkpoint turn {turn}")
+        local = at_ms is not None or not workflow.patched(SAME_BYTES_PATCH)
         for attempt in (1, 2):
             sent = state.head
             save = self._save_input(state)
@@ -149,7 +156,7 @@ class LogKeeper:
                     checkpoint,
                     summary=f"checkpoint turn {turn}",
                     timeouts=plan.timeouts,
-                    local=True,
+                    local=local,
                 )
             except ActivityError as exc:
                 missing, head = missing_state(exc)
