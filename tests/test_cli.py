@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
@@ -335,3 +336,25 @@ async def test_resume_an_export_file_from_the_cli(client: Client, tmp_path: Path
     assert resumed.code == 0, resumed.err
     assert "→ read b.txt" in resumed.out and "both read" in resumed.out
     assert refused.code == 2 and "ContentDrift" in refused.err
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``durable-agent … | head``: no traceback when the pipe closes."""
+    from durable_agent.activities.sink_files import whole_document
+    from durable_agent.conformance import sample_export
+
+    export = tmp_path / "export.json"
+    export.write_bytes(whole_document(sample_export(1)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "durable_agent.cli", "verify", *[str(export)] * 3000],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does
+    errors = proc.stderr.read()
+    assert proc.wait(60) == 0
+    assert first.startswith(b"OK ")
+    assert errors == b"", errors.decode(errors="replace")

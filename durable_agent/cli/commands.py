@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -509,7 +510,15 @@ def main(argv: list[str] | None = None) -> int:
     SIGSEGV, temporalio/sdk-python#300), which would turn a finished command
     into a failed one.
     """
-    exit_process(run_cli(argv))
+    try:
+        code = run_cli(argv)
+    except BrokenPipeError:
+        # the reader went away (`durable-agent events ID | head`): end quietly, as `cat` does; the
+        # rest of the output goes nowhere rather than into a second error at the final flush
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 0
+    exit_process(code)
 
 
 if __name__ == "__main__":
