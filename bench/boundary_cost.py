@@ -63,7 +63,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import socket
 import sys
 import tempfile
@@ -81,6 +80,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from bench.naive import NAIVE_MODEL, NAIVE_WORKFLOW, NaiveAgentRun, NaiveInput, NaiveModel
+from bench.reader_setup import make_file
 from bench.runs import CoreLog, completed_calls, ending, fetch_chain, last_model_input, scan_warnings, settle
 from bench.sink import DigestSink
 from bench.tokens import ReaderModel, Tally
@@ -102,24 +102,6 @@ from durable_agent.core.run_api import AgentRunInput
 from durable_agent.core.tool_specs import offered_tools
 from durable_agent.devserver import start_dev_server, stop_dev_server
 from durable_agent.worker import build_worker
-
-WORDS = ("request", "response", "cache", "miss", "retry", "timeout", "worker", "queue", "payload",
-         "export", "event", "model", "tool", "turn")  # fmt: skip
-LEVELS = ("DEBUG", "INFO", "INFO", "INFO", "WARN", "ERROR")
-
-
-def make_file(path: Path, size: int) -> None:
-    """Log-like numbered lines of varied text, ``size`` bytes."""
-    rng = random.Random(size)
-    lines: list[str] = []
-    total = 0
-    while total < size:
-        words = " ".join(rng.choices(WORDS, k=rng.randint(3, 14)))
-        origin = f"{rng.choice(LEVELS):<5} svc.{rng.choice(WORDS)}"
-        line = f"{len(lines) + 1:05d} {origin}: {words} #{rng.randint(0, 99999)}\n"
-        lines.append(line)
-        total += len(line)
-    path.write_text("".join(lines)[: size - 1] + "\n")
 
 
 def write_script(tmp: Path) -> Path:

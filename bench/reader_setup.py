@@ -25,7 +25,7 @@ LEVELS = ("DEBUG", "INFO", "INFO", "INFO", "WARN", "ERROR")
 
 
 def make_file(path: Path, size: int) -> None:
-    """Log-like numbered lines of varied text, ``size`` bytes (as ``bench/boundary_cost.py``'s)."""
+    """Log-like numbered lines of varied text, ``size`` bytes (every bench's tool output)."""
     rng = random.Random(size)
     lines: list[str] = []
     total = 0
