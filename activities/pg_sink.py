@@ -82,9 +82,10 @@ class PostgresExportSink:
         retryable = not isinstance(exc, PERMANENT_ERRORS)
         return SinkError(f"PostgreSQL sink {self.name!r}: {type(exc).__name__}: {exc}", retryable=retryable)
 
-    async def _holds(self, conn: Any, d: ExportDescriptor) -> bool:
-        found = await conn.fetchval(
-            "SELECT 1 FROM agent_export WHERE sink = $1 AND session_id = $2 AND run_id = $3 "
+    async def _manifest(self, conn: Any, d: ExportDescriptor) -> str | None:
+        """The stored row of the export ``d`` names: its manifest or whole document."""
+        text: str | None = await conn.fetchval(
+            "SELECT manifest FROM agent_export WHERE sink = $1 AND session_id = $2 AND run_id = $3 "
             "AND turn = $4 AND content_digest = $5",
             self.name,
             d.session_id,
@@ -92,7 +93,10 @@ class PostgresExportSink:
             d.turn,
             d.content_digest,
         )
-        return found is not None
+        return text
+
+    async def _holds(self, conn: Any, d: ExportDescriptor) -> bool:
+        return await self._manifest(conn, d) is not None
 
     async def _parent(self, conn: Any, d: ExportDescriptor) -> dict[str, Any] | None:
         """The manifest of the run's newest export before this one here, if it is a manifest."""
@@ -115,15 +119,7 @@ class PostgresExportSink:
         try:
             pool = await self.db.pool()
             async with pool.acquire() as conn:
-                text = await conn.fetchval(
-                    "SELECT manifest FROM agent_export WHERE sink = $1 AND session_id = $2 AND run_id = $3 "
-                    "AND turn = $4 AND content_digest = $5",
-                    self.name,
-                    d.session_id,
-                    d.run_id,
-                    d.turn,
-                    d.content_digest,
-                )
+                text = await self._manifest(conn, d)
                 if text is None:
                     return None
                 rows = await conn.fetch(

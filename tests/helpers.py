@@ -21,7 +21,7 @@ from durable_agent.client import start_run
 from durable_agent.config import AgentConfig, parse_config
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.export import SessionCheckpointExportV1
-from durable_agent.core.models import Message, ModelResponse
+from durable_agent.core.models import Message, ModelResponse, ToolResultBlock
 from durable_agent.core.run_api import AgentRunInput, AgentRunResult, RunStatusView
 from durable_agent.worker import build_worker
 
@@ -217,3 +217,13 @@ async def awaiting_approval(
 ) -> RunStatusView:
     """The run's status once a call waits for approval."""
     return await status_when(handle, lambda s: bool(s.pending_approvals), "a call to await approval", timeout)
+
+
+def tool_result_ids(export: SessionCheckpointExportV1) -> list[str]:
+    """The tool calls whose results an export's conversation holds, in order (the export opened)."""
+    return [
+        b.tool_use_id
+        for m in export.open().logical_resume.messages
+        for b in m.content
+        if isinstance(b, ToolResultBlock)
+    ]

@@ -22,8 +22,8 @@ from temporalio.client import Client, WorkflowHandle
 
 from durable_agent.activities.pg_sink import PostgresExportSink
 from durable_agent.client import start_run
-from durable_agent.core.models import ToolResultBlock
 from durable_agent.core.run_api import AgentRunInput, AgentRunResult
+from tests.helpers import tool_result_ids
 from tests.test_crash_recovery import WorkerProcesses, _toml_str
 
 STEPS = 12
@@ -136,12 +136,7 @@ async def test_three_machines_one_database_kill_9_at_random(
             assert turns == list(range(1, STEPS + 1)), turns
             last = await sink.fetch(series[-1])
             assert last is not None
-            ids = [
-                b.tool_use_id
-                for m in last.open().logical_resume.messages
-                for b in m.content
-                if isinstance(b, ToolResultBlock)
-            ]
+            ids = tool_result_ids(last)
             assert ids == [f"r{i}" for i in range(STEPS)]
             assert [e.turn for e in result.exports] == turns
     finally:

@@ -16,10 +16,18 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.pg_sink import PostgresExportSink
 from durable_agent.activities.store.postgres import PostgresSessionStore
 from durable_agent.config import AgentConfig, ConfigError, PostgresSinkConfig, PostgresStoreConfig
-from durable_agent.core.models import ToolResultBlock
 from durable_agent.core.run_api import RunStatusView
 from durable_agent.worker import StorageUnusable, connect_storage
-from tests.helpers import final, read_call, running_worker, scripted_config, start, until, workspace_with
+from tests.helpers import (
+    final,
+    read_call,
+    running_worker,
+    scripted_config,
+    start,
+    tool_result_ids,
+    until,
+    workspace_with,
+)
 from tests.pg_server import LocalPostgres, database_dsn
 
 DSN_ENV = "AGENT_TEST_RUN_PG_DSN"
@@ -185,12 +193,7 @@ async def test_a_database_down_for_20_s_mid_run_costs_retries_not_the_run(
             series = await sink.series(result.session_id, result.run_id)
             last = await sink.fetch(series[-1])
             assert last is not None
-            ids = [
-                b.tool_use_id
-                for m in last.open().logical_resume.messages
-                for b in m.content
-                if isinstance(b, ToolResultBlock)
-            ]
+            ids = tool_result_ids(last)
             assert ids == [f"r{i}" for i in range(6)]
             assert [d.turn for d in series] == sorted({d.turn for d in series})  # no turn twice
         finally:
