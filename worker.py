@@ -25,6 +25,8 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools.sandbox import sandbox_problem
 from durable_agent.client import connect, ensure_search_attributes, exit_process, task_queue
 from durable_agent.config import AgentConfig, ConfigError, load_config
+from durable_agent.plugin import HEARTBEAT_THROTTLE, STICKY_TIMEOUT
+from durable_agent.telemetry import approvals_waiting_reporter, metrics_runtime, shutdown_tracing
 from durable_agent.workflows import AgentRun
 
 log = logging.getLogger("durable_agent.worker")
@@ -48,12 +50,9 @@ def build_worker(
         workflows=[AgentRun],
         activities=activities.all(),
         graceful_shutdown_timeout=graceful_shutdown,
-        # Heartbeats carry a streaming model call's text to followers, a cancel reaches an
-        # activity only on a heartbeat's answer, and a worker that died is noticed a heartbeat
-        # timeout (2 s) after its last one: two a second (100 runs: 200 calls a second at most).
-        max_heartbeat_throttle_interval=timedelta(seconds=0.5),
-        # A run whose worker died moves to another after 2 s, not Temporal's default 10 s.
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
+        # at most two heartbeats a second; a run whose worker died moves on after 2 s (plugin.py)
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         # The sandbox runs code of its own for every payload of every workflow task (temporalio
         # 1.35), which doubles a task's CPU and a replay's time: a worker that takes over runs
         # replays them within the 3 s task timeout. Determinism is kept by the import rules of
@@ -114,7 +113,14 @@ async def main() -> int:
         print(f"worker: {exc}", file=sys.stderr)
         await activities.aclose()
         return 2
-    client = await connect()
+    try:
+        # the Prometheus endpoint ([metrics] bind) is the runtime's, so the client is made on it
+        runtime = {"runtime": metrics_runtime(config.metrics.bind)} if config.metrics.bind else {}
+        client = await connect(config, **runtime)
+    except ConfigError as exc:
+        print(f"worker: {exc}", file=sys.stderr)
+        await activities.aclose()
+        return 2
     await ensure_search_attributes(client)
     # A deploy's SIGTERM lets a tool or model call in flight finish (compose allows 30 s).
     worker = build_worker(client, activities, graceful_shutdown=timedelta(seconds=20))
@@ -122,11 +128,16 @@ async def main() -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with worker:
-        log.info("worker polling task queue %r in namespace %r", worker.task_queue, client.namespace)
-        await stop.wait()
-        log.info("shutting down: finishing the activities in flight")
-    await activities.aclose()
+    try:
+        async with worker, approvals_waiting_reporter(client, task_queue=worker.task_queue):
+            log.info("worker polling task queue %r in namespace %r", worker.task_queue, client.namespace)
+            if config.metrics.bind:
+                log.info("Prometheus metrics at http://%s/metrics", config.metrics.bind)
+            await stop.wait()
+            log.info("shutting down: finishing the activities in flight")
+    finally:
+        await activities.aclose()
+        shutdown_tracing()
     return 0
 
 

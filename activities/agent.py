@@ -17,7 +17,7 @@ the activities, each in a module named for what it does:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durable_agent.activities.compaction import Compactions
 from durable_agent.activities.legacy import LegacyInputs
@@ -26,6 +26,7 @@ from durable_agent.activities.plan import RunPlanner
 from durable_agent.activities.providers.base import ModelProvider
 from durable_agent.activities.providers.registry import build_providers
 from durable_agent.activities.redact import Redactor
+from durable_agent.activities.run_control import request_cancel
 from durable_agent.activities.run_log import RunLogs
 from durable_agent.activities.sinks import ExportSink, FilesystemExportSink
 from durable_agent.activities.store.base import SessionStore
@@ -41,6 +42,10 @@ from durable_agent.config import (
     SinkConfig,
     dsn_from_environment,
 )
+from durable_agent.telemetry_spans import ActivityTelemetry
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 
 def build_store(config: AgentConfig) -> SessionStore:
@@ -72,6 +77,7 @@ class AgentActivities:
         tools: dict[str, Tool] | None = None,
         store: SessionStore | None = None,
         sinks: dict[str, ExportSink] | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.config = config
         self.providers = providers if providers is not None else build_providers(config)
@@ -83,11 +89,17 @@ class AgentActivities:
         self.sinks: dict[str, ExportSink] = (
             sinks if sinks is not None else {name: build_sink(name, s) for name, s in config.sinks.items()}
         )
+        # spans and metrics ([telemetry]); the global tracer provider unless one is given
+        self.telemetry = ActivityTelemetry(
+            config.telemetry,
+            provider_kinds={name: p.kind for name, p in config.providers.items()},
+            tracer_provider=tracer_provider,
+        )
         # the parts, sharing the pieces above (the same dicts: a tool added later is seen)
         self.planner = RunPlanner(config, self.providers, self.tools, self.sinks)
-        self.model_calls = ModelCalls(self.providers, self.states, self.store, self.redact)
-        self.tool_calls = ToolCalls(self.tools, self.store, self.redact)
-        self.run_logs = RunLogs(self.store, self.states, self.sinks)
+        self.model_calls = ModelCalls(self.providers, self.states, self.store, self.redact, self.telemetry)
+        self.tool_calls = ToolCalls(self.tools, self.store, self.redact, self.telemetry)
+        self.run_logs = RunLogs(self.store, self.states, self.sinks, self.telemetry)
         self.legacy = LegacyInputs(self.model_calls, self.run_logs)
         self.compactions = Compactions(self.model_calls)
         # every activity, as registered with Temporal
@@ -102,6 +114,7 @@ class AgentActivities:
         self.checkpoint = self.run_logs.checkpoint
         self.finish_run = self.legacy.finish_run
         self.load_session = self.legacy.load_session
+        self.request_cancel = request_cancel
 
     async def connect(self) -> None:
         """Open the store's and the sinks' connections now (a worker's start), where they have
@@ -132,4 +145,5 @@ class AgentActivities:
             self.checkpoint,
             self.finish_run,
             self.load_session,
+            self.request_cancel,
         ]

@@ -158,13 +158,23 @@ class Compactions:
             tools=(),
             purpose="summary",
         )
-        try:
-            response = await heartbeating(provider.complete(ask, model, lambda _: None))
-        except ProviderError as exc:
-            raise provider_failure(exc, self.models.redact) from None
-        text = self.models.redact(response.message.text()).strip()
-        if not text:
-            raise ApplicationError(
-                f"model {inp.model} wrote an empty summary", type="EmptySummary", non_retryable=True
+        telemetry = self.models.telemetry
+        with (
+            telemetry.compaction(inp.model),
+            telemetry.model_call(inp.model.partition("/")[0], model, ask) as observed,
+        ):
+            try:
+                response = await heartbeating(provider.complete(ask, model, lambda _: None))
+            except ProviderError as exc:
+                raise provider_failure(exc, self.models.redact) from None
+            text = self.models.redact(response.message.text()).strip()
+            observed.answered(
+                response.model_copy(
+                    update={"message": Message(role="assistant", content=(TextBlock(text=text),))}
+                )
             )
+            if not text:
+                raise ApplicationError(
+                    f"model {inp.model} wrote an empty summary", type="EmptySummary", non_retryable=True
+                )
         return CompactOutput(summary=cut_to(text, inp.max_summary_tokens), usage=response.usage)

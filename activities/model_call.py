@@ -25,6 +25,7 @@ from durable_agent.core.context import last_view, model_messages
 from durable_agent.core.json_limits import TOOL_ARGUMENTS_MAX_DEPTH, JsonLimitError, check_value
 from durable_agent.core.models import ContextView, LiveText, Message, ModelResponse
 from durable_agent.core.run_log import LogDelta, LogRef, StateMissing
+from durable_agent.telemetry_spans import ActivityTelemetry, ModelCallSpan
 
 # The longest model answer (its message as canonical JSON) a step keeps. Temporal refuses a
 # workflow task's payloads past 2 MiB, and the run's end carries a final answer's text twice (its
@@ -61,16 +62,20 @@ class ModelCalls:
         states: RunStates,
         store: SessionStore,
         redact: Redactor,
+        telemetry: ActivityTelemetry | None = None,
     ) -> None:
         self.providers = providers
         self.states = states
         self.store = store
         self.redact = redact
+        self.telemetry = telemetry or ActivityTelemetry()
 
     async def model_call(self, inp: ModelStepInput) -> ModelResponse:
         """Ask the model for its next step, on the conversation in the run's log."""
         provider, model = self._provider(inp.model)
-        return await self._answer(provider, model, await self._conversation(inp))
+        call = await self._conversation(inp)
+        session = (await self.states.header(inp.run_id)).session_id  # cached by the conversation's read
+        return await self._answer(provider, model, call, session)
 
     async def answer(self, call: ModelCallInput) -> ModelResponse:
         """Ask the model for its next step, on the conversation given whole."""
@@ -115,7 +120,16 @@ class ModelCalls:
         )
         return call, view
 
-    async def _answer(self, provider: ModelProvider, model: str, call: ModelCallInput) -> ModelResponse:
+    async def _answer(
+        self, provider: ModelProvider, model: str, call: ModelCallInput, session_id: str | None = None
+    ) -> ModelResponse:
+        name = call.model.partition("/")[0]
+        with self.telemetry.model_call(name, model, call, session_id=session_id) as observed:
+            return await self._observed_answer(provider, model, call, observed)
+
+    async def _observed_answer(
+        self, provider: ModelProvider, model: str, call: ModelCallInput, observed: ModelCallSpan
+    ) -> ModelResponse:
         attempt = activity.info().attempt
         text: list[str] = []
         try:
@@ -140,6 +154,7 @@ class ModelCalls:
         if self.redact:
             clean = self.redact.json_text(response.message.model_dump_json())
             response = response.model_copy(update={"message": Message.model_validate_json(clean)})
+        observed.answered(response)
         message = canonical_bytes(response.message).decode()
         size = len(message.encode())
         if size > MODEL_ANSWER_MAX_BYTES:

@@ -58,15 +58,23 @@ from durable_agent.core.run_log import (
     run_snapshot,
     unanswered_calls,
 )
+from durable_agent.telemetry_spans import ActivityTelemetry
 
 
 class RunLogs:
     """The session store's and the sinks' side of a run (see ``durable_agent.core.run_log``)."""
 
-    def __init__(self, store: SessionStore, states: RunStates, sinks: Mapping[str, ExportSink]) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        states: RunStates,
+        sinks: Mapping[str, ExportSink],
+        telemetry: ActivityTelemetry | None = None,
+    ) -> None:
         self.store = store
         self.states = states
         self.sinks = sinks
+        self.telemetry = telemetry or ActivityTelemetry()
 
     @activity.defn(name=OPEN_RUN.name)
     async def open_run(self, inp: OpenRunInput) -> RunOpened:
@@ -226,6 +234,15 @@ class RunLogs:
         sink = self.sinks.get(sink_name)
         if sink is None:
             raise ApplicationError(f"export sink {sink_name!r} is not configured", non_retryable=True)
+        with self.telemetry.export(sink_name):
+            return await self._deliver(sink, sink_name, export_of)
+
+    async def _deliver(
+        self,
+        sink: ExportSink,
+        sink_name: str,
+        export_of: Callable[[], Awaitable[SessionCheckpointExportV1 | PartedExport]],
+    ) -> ExportDescriptor:
         try:
             export = await export_of()
         except ExportError as exc:

@@ -21,6 +21,7 @@ from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
 from durable_agent.core.models import Message
 from durable_agent.core.run_log import StateMissing
 from durable_agent.core.tool_specs import ToolCallError, validate_args
+from durable_agent.telemetry_spans import ActivityTelemetry, ToolCallSpan
 
 log = logging.getLogger(__name__)
 
@@ -28,22 +29,36 @@ log = logging.getLogger(__name__)
 class ToolCalls:
     """Runs this worker's tools; expected failures become tool errors the model sees."""
 
-    def __init__(self, tools: Mapping[str, Tool], store: SessionStore, redact: Redactor) -> None:
+    def __init__(
+        self,
+        tools: Mapping[str, Tool],
+        store: SessionStore,
+        redact: Redactor,
+        telemetry: ActivityTelemetry | None = None,
+    ) -> None:
         self.tools = tools
         self.store = store
         self.redact = redact
+        self.telemetry = telemetry or ActivityTelemetry()
 
     @activity.defn(name=TOOL_CALL.name)
     async def tool_call(self, inp: ToolCallInput) -> ToolOutput:
         """Run one tool call in the workspace; expected failures become tool errors."""
-        output = await self._tool_call(inp)
+        known = inp.name in self.tools
+        with self.telemetry.tool_call(inp, known=known) as observed:
+            output = await self._tool_call(inp, observed)
+            observed.finished(output, known=known)
         return output.model_copy(update={"completed_at_ms": int(time.time() * 1000)})
 
-    async def _tool_call(self, inp: ToolCallInput) -> ToolOutput:
+    async def _tool_call(self, inp: ToolCallInput, observed: ToolCallSpan) -> ToolOutput:
         tool = self.tools.get(inp.name)
         if tool is None:
             return ToolOutput(content=f"unknown tool {inp.name!r} on this worker", is_error=True)
-        arguments = inp.arguments if inp.arguments_in is None else await self._staged_arguments(inp)
+        if inp.arguments_in is None:
+            arguments = inp.arguments
+        else:
+            arguments = await self._staged_arguments(inp)
+            observed.arguments(arguments)
         try:
             args = validate_args(tool.spec, arguments)
             if (refused := check_resolved(inp, tool.spec, arguments)) is not None:

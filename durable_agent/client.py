@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
@@ -23,21 +23,26 @@ from temporalio.api.operatorservice.v1 import (
 )
 from temporalio.client import (
     Client,
+    Interceptor,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
+from temporalio.exceptions import CancelledError
 from temporalio.service import RPCError
 
+from durable_agent.codec import data_converter
+from durable_agent.config import AgentConfig, load_config
 from durable_agent.core.activity_api import MODEL_CALL
 from durable_agent.core.export import SessionCheckpointExportV1
 from durable_agent.core.models import EndEvent, EventRecord, LiveText
 from durable_agent.core.plan import WORKFLOW_TASK_SECONDS
 from durable_agent.core.run_api import (
     QUERY_EVENTS,
+    QUERY_RESULT,
     QUERY_STATUS,
     SA_RUN_STATUS,
     SA_SESSION_ID,
@@ -53,6 +58,7 @@ from durable_agent.core.run_api import (
     SteerAccepted,
     SteerMessage,
 )
+from durable_agent.telemetry import configure_tracing, tracing_interceptors
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
@@ -88,11 +94,24 @@ def connect_options() -> dict[str, Any]:
     return options
 
 
-async def connect(**overrides: Any) -> Client:
-    """A client with the pydantic data converter the workflow and activities use."""
+def agent_interceptors(config: AgentConfig) -> list[Interceptor]:
+    """The client's interceptors: Temporal's tracing one when the ``OTEL_*`` variables ask for
+    traces (or the host installed a tracer provider); it then traces the workers built from the
+    client too. None otherwise."""
+    return tracing_interceptors() if configure_tracing(config.telemetry) else []
+
+
+async def connect(config: AgentConfig | None = None, **overrides: Any) -> Client:
+    """A client for agent runs: the data converter the workflow and activities use (pydantic's,
+    encrypting every payload when ``[codec]`` has keys) and the tracing interceptor when traces
+    are on. ``config``: the agent config (default: the file ``AGENT_CONFIG`` names); ``overrides``:
+    ``Client.connect``'s own arguments (``runtime``, ``plugins``, …)."""
+    config = config if config is not None else load_config()
     options = {**connect_options(), **overrides}
     target = options.pop("target_host")
-    return await Client.connect(target, data_converter=pydantic_data_converter, **options)
+    options.setdefault("data_converter", data_converter(config.codec))
+    options.setdefault("interceptors", agent_interceptors(config))
+    return await Client.connect(target, **options)
 
 
 async def ensure_search_attributes(client: Client) -> None:
@@ -117,11 +136,13 @@ def summary_of(prompt: str, limit: int = 120) -> str:
 
 def details_of(run: AgentRunInput) -> str:
     """The workflow's fixed details in the UI: what the run was started with."""
-    lines = [
-        f"**model:** {run.model or 'the worker default'}",
-        f"**workspace:** `{run.workspace or 'the worker default'}`",
-        f"**session:** {run.session_id or 'the workflow id'}",
-    ]
+    # the model and workspace a run actually uses are in its current details once the worker
+    # has resolved them; here only what the start named
+    lines = [f"**session:** {run.session_id or 'the workflow id'}"]
+    if run.model:
+        lines.insert(0, f"**model:** {run.model}")
+    if run.workspace:
+        lines.insert(len(lines) - 1, f"**workspace:** `{run.workspace}`")
     if run.resume_from is not None:
         d = run.resume_from.descriptor
         lines.append(f"**resumed from:** {d.session_id}/{d.run_id} turn {d.turn} `{d.content_digest}`")
@@ -190,6 +211,30 @@ async def resume_run(
         {"resume_from_file": str(export)} if isinstance(export, Path) else {"resume_from": export}
     )
     return await start_run(client, AgentRunInput(**source, **fields), workflow_id=workflow_id, queue=queue)
+
+
+async def run_result(client: Client, workflow_id: str) -> AgentRunResult:
+    """The result of the run ``workflow_id`` (its latest execution) once it has ended, however
+    it ended.
+
+    A cancelled run ends in Temporal's Canceled state, which carries no result: its final
+    record comes from the run's ``result`` query (a worker answers it by replaying the run).
+    Other failures of the workflow (its input refused) raise ``WorkflowFailureError``.
+    """
+    handle = client.get_workflow_handle(workflow_id, result_type=AgentRunResult)
+    try:
+        result: AgentRunResult = await handle.result()
+        return result
+    except WorkflowFailureError as exc:
+        if not isinstance(exc.cause, CancelledError):
+            raise
+        record: AgentRunResult | None = await handle.query(
+            QUERY_RESULT,
+            result_type=cast(type, AgentRunResult | None),  # a union: the converter takes it
+        )
+        if record is None:  # cancelled before it started: nothing was recorded
+            raise
+        return record
 
 
 async def follow_events(
@@ -297,21 +342,22 @@ async def _follow(
                 desc = await handle.describe()
                 if desc.status != WorkflowExecutionStatus.RUNNING:
                     return
-                live = _live_text(desc) if live_text else None
+                live = await _live_text(desc) if live_text else None
                 if live is not None and live != shown and live.text:
                     shown = live
                     yield live
         await asyncio.sleep(poll_seconds)
 
 
-def _live_text(desc: WorkflowExecutionDescription) -> LiveText | None:
-    """The streaming text of the model call in flight, from its latest heartbeat."""
+async def _live_text(desc: WorkflowExecutionDescription) -> LiveText | None:
+    """The streaming text of the model call in flight, from its latest heartbeat (decrypted
+    with the keys of the config ``AGENT_CONFIG`` names, when ``[codec]`` has any)."""
     for pending in desc.raw_description.pending_activities:
         if pending.activity_type.name != MODEL_CALL.name or not pending.heartbeat_details.payloads:
             continue
-        converter = pydantic_data_converter.payload_converter
         try:
-            [live] = converter.from_payloads(pending.heartbeat_details.payloads, [LiveText])
+            converter = data_converter(load_config().codec)
+            [live] = await converter.decode(pending.heartbeat_details.payloads, [LiveText])
         except Exception:
             return None
         # details left over from a failed attempt are stale until the new one heartbeats

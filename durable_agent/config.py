@@ -234,6 +234,58 @@ class ContextConfig(_Strict):
         return value
 
 
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class MetricsConfig(_Strict):
+    """``[metrics]``: the worker's Prometheus endpoint, with the Temporal SDK's metrics and the
+    agent's (``durable_agent.telemetry``). Unset ``bind``: no endpoint."""
+
+    bind: str | None = Field(None, pattern=r"^[^\s:]*:[0-9]{1,5}$")  # "0.0.0.0:9464"
+
+
+class TelemetryConfig(_Strict):
+    """``[telemetry]``: what the worker's trace spans may hold. Spans are exported where the
+    standard ``OTEL_*`` variables name an OTLP endpoint, and off otherwise."""
+
+    # Prompt, answer and tool output text in spans: off, since they hold source code and secrets.
+    capture_content: bool = False
+
+
+class CodecConfig(_Strict):
+    """``[codec]``: encrypt every payload the client and worker send through Temporal
+    (``durable_agent.codec``), AES-256-GCM. ``keys`` maps a key id to the environment variable
+    that holds that key (32 bytes, base64); ``encrypt_with`` is the id new payloads are
+    encrypted with, and every key in ``keys`` still decrypts (rotation: add the new key,
+    encrypt with it, drop the old one once no history needs it). No keys: no encryption."""
+
+    keys: dict[str, Annotated[str, Field(pattern=_ENV_NAME)]] = Field(default_factory=dict)
+    encrypt_with: str | None = None
+
+    @field_validator("keys")
+    @classmethod
+    def _key_ids(cls, keys: dict[str, str]) -> dict[str, str]:
+        for key_id in keys:
+            if not key_id or len(key_id) > 64 or not all(c.isalnum() or c in "._-" for c in key_id):
+                raise ValueError(f"key id {key_id!r}: use 1 to 64 letters, digits, '.', '_' or '-'")
+        return keys
+
+    @model_validator(mode="after")
+    def _encrypt_with_known(self) -> CodecConfig:
+        if self.keys and self.encrypt_with is None:
+            raise ValueError(f"encrypt_with must name the key that encrypts, one of {sorted(self.keys)}")
+        if self.encrypt_with is not None and self.encrypt_with not in self.keys:
+            raise ValueError(
+                f"encrypt_with {self.encrypt_with!r} is not a key id of [codec.keys] "
+                f"({', '.join(sorted(self.keys)) or 'none'})"
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.keys)
+
+
 class AgentConfig(_Strict):
     default_model: str = "scripted/demo"
     default_sink: str | None = "local"
@@ -255,6 +307,9 @@ class AgentConfig(_Strict):
     conversation: ConversationConfig = ConversationConfig()
     budgets: BudgetsConfig = BudgetsConfig()
     context: ContextConfig = ContextConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    codec: CodecConfig = CodecConfig()
 
     @model_validator(mode="before")
     @classmethod

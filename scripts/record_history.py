@@ -10,6 +10,7 @@ histories): ::
     python scripts/record_history.py guarded tests/histories/agent_run_guarded_v5.json
     python scripts/record_history.py compacted tests/histories/agent_run_compacted_v5.json
     python scripts/record_history.py conversation tests/histories/agent_run_conversation_v5.json
+    python scripts/record_history.py cancelled tests/histories/agent_run_cancelled_v6.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -22,10 +23,14 @@ the ``boundary-one-local-checkpoint`` patch) instead of ``agent.save_checkpoint`
 ``*_v5``: a boundary whose call never ran (denied, unknown) is checkpointed by an ordinary
 ``agent.checkpoint`` activity (the ``boundary-checkpoint-same-bytes`` patch), its input recorded;
 after a tool activity it stays local, stamped with the activity's completion time.
+``*_v6``: a cancelled run ends in Temporal's Canceled state (the ``cancel-ends-canceled`` patch):
+after its end is in the store it asks for its own cancel (``agent.request_cancel``) when only
+the ``cancel`` signal stopped it.
 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the
 ``approve`` update, a denied shell line, and a write.
+``cancelled``: the ``cancel`` signal after a boundary, while the model thinks.
 ``conversation``: a run with ``follow_ups``: a second prompt after its answer, then ``end``.
 ``continued``: a run that continues as new, twice, once between two calls of
 one model step; OUT gets its first execution, OUT-last its last.
@@ -50,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
 from durable_agent.activities import AgentActivities  # noqa: E402
-from durable_agent.client import end_conversation, send_prompt  # noqa: E402
+from durable_agent.client import end_conversation, run_result, send_prompt  # noqa: E402
 from durable_agent.config import parse_config  # noqa: E402
 from durable_agent.core.run_api import ApprovalAnswer, ApprovalDecision, RunStatusView  # noqa: E402
 from durable_agent.devserver import start_ephemeral_server  # noqa: E402
@@ -105,6 +110,12 @@ async def converse(handle: WorkflowHandle[Any, Any]) -> None:
     await send_prompt(handle, "now read b.txt")
     await status_when(handle, lambda s: s.status == waiting and s.turn == 2, "the second answer")
     await end_conversation(handle)
+
+
+async def cancel_after_first_export(handle: WorkflowHandle[Any, Any]) -> None:
+    """The ``cancel`` signal while the model thinks: the run ends Canceled (``_v6``)."""
+    await status_when(handle, lambda s: s.exports_delivered >= 1, "the first export")
+    await handle.signal("cancel", "recorded cancel")
 
 
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -166,6 +177,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "input": {"follow_ups": True},
         "during": converse,
     },
+    "cancelled": {
+        "responses": [read_call("r1", "a.txt"), {"text": "too slow", "delay_ms": 60_000}],
+        "permissions": {"allow": ["read(*)"]},
+        "prompt": "read a.txt, then think for a minute",
+        "during": cancel_after_first_export,
+        "status": "cancelled",
+    },
     "guarded": {
         "responses": [
             tool_call("l1", "ls", path="."),
@@ -224,8 +242,8 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> list[str]:
         )
         if "during" in scenario:
             await scenario["during"](handle)
-        result = await handle.result()
-        assert result.status == "completed", result
+        result = await run_result(client, handle.id)
+        assert result.status == scenario.get("status", "completed"), result
         last = await handle.fetch_history()
         first_run = client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id)
         first = await first_run.fetch_history()

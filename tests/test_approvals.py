@@ -10,6 +10,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from durable_agent.activities import AgentActivities
+from durable_agent.client import run_result
 from durable_agent.core.models import (
     ConfirmationReceivedEvent,
     ConfirmationRequiredEvent,
@@ -170,7 +171,7 @@ async def test_cancel_while_waiting_for_approval(client: Client, tmp_path: Path)
         handle = await start(client, queue, workspace(tmp_path))
         await awaiting_approval(handle)
         await handle.signal("cancel", "nobody is around")
-        result = await asyncio.wait_for(handle.result(), 10)
+        result = await asyncio.wait_for(run_result(client, handle.id), 10)
         status = await handle.query("status", result_type=RunStatusView)
     assert result.status == "cancelled" and result.error == "nobody is around"
     assert status.pending_approvals == ()

@@ -12,6 +12,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools import Tool, builtin_tools
+from durable_agent.client import run_result
 from durable_agent.core.models import ToolEndEvent
 from durable_agent.core.run_api import AgentRunResult, RunStatusView
 from durable_agent.core.tool_specs import ToolArgs, ToolSpec
@@ -84,7 +85,7 @@ async def test_cancel_signal_while_a_tool_runs_ends_the_run_within_seconds(
     async with minute_long_tool(client, tmp_path, waiter) as handle:
         await handle.signal("cancel", "the user changed their mind")
         # the tool would run 60 s: ending well before proves the cancel reached it
-        result = await asyncio.wait_for(handle.result(), 15)
+        result = await asyncio.wait_for(run_result(client, handle.id), 15)
         status = await handle.query("status", result_type=RunStatusView)
     assert result.status == "cancelled"
     assert result.error == "the user changed their mind"
@@ -110,7 +111,7 @@ async def test_cancel_is_not_lost_when_the_tool_completes_anyway(client: Client,
         handle = await start(client, queue, workspace_with(tmp_path, {}), "wait three seconds")
         await asyncio.wait_for(stubborn.started.wait(), 10)
         await handle.signal("cancel")
-        result = await asyncio.wait_for(handle.result(), 20)
+        result = await asyncio.wait_for(run_result(client, handle.id), 20)
     assert result.status == "cancelled"
     assert result.error == "cancelled by signal"
     assert result.text == ""
@@ -123,7 +124,7 @@ async def test_cancel_signal_during_a_model_call(client: Client, tmp_path: Path)
         await status_when(handle, lambda s: s.status == "executing", "the run to execute", 10)
         await asyncio.sleep(0.5)
         await handle.signal("cancel", "too slow")
-        result = await asyncio.wait_for(handle.result(), 15)
+        result = await asyncio.wait_for(run_result(client, handle.id), 15)
     assert result.status == "cancelled" and result.error == "too slow"
 
 
@@ -136,10 +137,10 @@ async def test_cancel_before_the_first_step_and_temporal_cancel_both_end_cancell
         handle = await start(client, queue, workspace_with(tmp_path, {}), "think hard")
         await status_when(handle, lambda s: s.status == "executing", "the run to execute", 10)
         await handle.cancel()
-        result = await asyncio.wait_for(handle.result(), 15)
+        result = await asyncio.wait_for(run_result(client, handle.id), 15)
         assert result.status == "cancelled"
         desc = await handle.describe()
-        assert desc.status == WorkflowExecutionStatus.COMPLETED
+        assert desc.status == WorkflowExecutionStatus.CANCELED
 
 
 async def test_cancel_after_a_boundary_ends_the_run_with_that_boundary_exported(
@@ -159,7 +160,7 @@ async def test_cancel_after_a_boundary_ends_the_run_with_that_boundary_exported(
         assert status.turn == 1
         await until("the second, long wait to run", lambda: waiter.starts == 2, 10)
         await handle.signal("cancel")
-        result = await asyncio.wait_for(handle.result(), 15)
+        result = await asyncio.wait_for(run_result(client, handle.id), 15)
     assert result.status == "cancelled"
     assert result.tool_calls_count == 1  # the second call never finished
     assert [e.turn for e in result.exports] == [1]
@@ -175,10 +176,70 @@ async def test_a_temporal_cancel_request_also_stops_the_tool_in_flight(
     waiter = WaitTools()
     async with minute_long_tool(client, tmp_path, waiter) as handle:
         await handle.cancel()
-        result = await asyncio.wait_for(handle.result(), 15)
+        result = await asyncio.wait_for(run_result(client, handle.id), 15)
         history = await handle.fetch_history()
     assert result.status == "cancelled"
     assert result.error == "cancelled by a Temporal cancel request"
     # the run waited for the tool to stop rather than abandoning it
     assert any(e.HasField("activity_task_canceled_event_attributes") for e in history.events)
     assert waiter.cancelled.is_set() and not waiter.completed.is_set()
+
+
+async def test_a_cancelled_run_ends_canceled_after_its_record_and_last_export(
+    client: Client, tmp_path: Path
+) -> None:
+    """Temporal's Canceled state (the UI's list, ``ExecutionStatus`` filters), reached only
+    once the run's end is in the store and its last boundary exported; its record still reads."""
+    waiter = WaitTools()
+    config = scripted_config(
+        tmp_path,
+        [tool_call("wait-1", "wait", seconds=0.2), tool_call("wait-2", "wait", seconds=60), final()],
+        permissions={"allow": ["wait"]},
+    )
+    sink = RecordingSink()
+    acts = AgentActivities(config, tools=waiter.tools(), sinks={"local": sink})
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, workspace_with(tmp_path, {}), "wait twice")
+        await status_when(handle, lambda s: s.exports_delivered >= 1, "the first export", 10)
+        await until("the second, long wait to run", lambda: waiter.starts == 2, 10)
+        await handle.signal("cancel", "changed my mind")
+        result = await asyncio.wait_for(run_result(client, handle.id), 20)
+        status = await handle.query("status", result_type=RunStatusView)
+        history = await handle.fetch_history()
+        query = f'WorkflowId = "{handle.id}" AND ExecutionStatus = "Canceled"'
+
+        async def listed() -> int:
+            return (await client.count_workflows(query)).count
+
+        await until("the run to be listed as Canceled", listed, 10)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert (result.status, result.error, [e.turn for e in result.exports]) == (
+        "cancelled",
+        "changed my mind",
+        [1],
+    )
+    assert (status.status, status.exports_delivered) == ("cancelled", 1)
+    assert [e.descriptor.turn for e in sink.exports] == [1]
+    types = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events]
+    kinds = [e.WhichOneof("attributes") for e in history.events]
+    finished = types.index("agent.finish_run")
+    requested = kinds.index("workflow_execution_cancel_requested_event_attributes")
+    assert finished < types.index("agent.request_cancel") < requested
+    assert kinds[-1] == "workflow_execution_canceled_event_attributes"
+    # the store kept the run's end: its record is in the session
+    records = await acts.store.load_run_records(result.session_id)
+    assert [(r.snapshot.id, r.snapshot.status) for r in records] == [(result.run_id, "cancelled")]
+
+
+async def test_a_temporal_cancel_request_gives_its_reason_and_ends_canceled(
+    client: Client, tmp_path: Path
+) -> None:
+    waiter = WaitTools()
+    async with minute_long_tool(client, tmp_path, waiter) as handle:
+        await handle.cancel(reason="stopped from the UI")
+        result = await asyncio.wait_for(run_result(client, handle.id), 15)
+        history = await handle.fetch_history()
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert (result.status, result.error) == ("cancelled", "stopped from the UI")
+    names = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events]
+    assert "agent.request_cancel" not in names  # Temporal holds a request already

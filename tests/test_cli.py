@@ -24,7 +24,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.activities import AgentActivities
-from durable_agent.client import follow_events
+from durable_agent.client import follow_events, run_result
 from durable_agent.core.models import CheckpointExportedEvent, EndEvent, EventRecord
 from durable_agent.core.run_api import AgentRunResult, RunStatusView
 from tests.helpers import final, read_call, running_worker, scripted_config, start, until, workspace_with
@@ -219,7 +219,7 @@ async def test_status_and_cancel_of_a_run_in_flight(client: Client, tmp_path: Pa
             "cancel", handle.id, "--reason", "stopped from the CLI", client=client, cwd=tmp_path
         )
         assert cancelled.code == 0, cancelled.err
-        result = await asyncio.wait_for(handle.result(), 20)
+        result = await asyncio.wait_for(run_result(client, handle.id), 20)
         assert result.status == "cancelled"
         assert result.error == "stopped from the CLI"
 

@@ -9,7 +9,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
-from durable_agent.client import follow_events
+from durable_agent.client import follow_events, run_result
 from durable_agent.core.models import EndEvent, EventRecord, ToolEndEvent
 from durable_agent.core.run_api import AgentRunResult, ApprovalAnswer, ApprovalDecision
 from tests.helpers import (
@@ -112,7 +112,7 @@ async def test_status_approvals_and_cancel_reach_a_continued_run(client: Client,
         # the 6th boundary's export acknowledged, then cancel
         await status_when(handle, lambda s: s.exports_delivered == 6, "the 6th export", 30)
         await handle.signal("cancel", "enough")
-        result: AgentRunResult = await handle.result()
+        result: AgentRunResult = await run_result(client, handle.id)
         events = [r.event for r in await handle.query("events", 0, result_type=list[EventRecord])]
         history = await handle.fetch_history()
     assert result.status == "cancelled" and result.error == "enough"

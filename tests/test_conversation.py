@@ -14,7 +14,7 @@ from temporalio.service import RPCError
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers import build_providers
 from durable_agent.activities.tools import Tool, builtin_tools
-from durable_agent.client import end_conversation, resume_run, send_prompt, steer_run
+from durable_agent.client import end_conversation, resume_run, run_result, send_prompt, steer_run
 from durable_agent.config import AgentConfig
 from durable_agent.core.models import (
     BudgetExhaustedEvent,
@@ -306,5 +306,5 @@ async def test_a_cancel_while_waiting_for_a_prompt_is_not_lost(client: Client, t
         handle = await start(client, queue, ws, "say something", follow_ups=True)
         await awaiting_prompt(handle)
         await handle.signal("cancel", "enough")
-        result = await handle.result()
+        result = await run_result(client, handle.id)
     assert (result.status, result.error, result.text) == ("cancelled", "enough", "first")

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import json
 import os
 import re
 import shutil
 import socket
 import subprocess
+import tomllib
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -34,14 +36,14 @@ COMPOSE_FILE = REPO_ROOT / "docker-compose.yaml"
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 DOCKERIGNORE = REPO_ROOT / ".dockerignore"
 
-EXPECTED_SERVICES = {"postgresql", "temporal", "temporal-ui", "worker"}
+EXPECTED_SERVICES = {"postgresql", "temporal", "temporal-ui", "worker", "prometheus", "grafana"}
 TEMPORAL_SQL_PLUGINS = {"postgres12", "postgres12_pgx"}
 WORKER_SEARCH_ATTRIBUTES = ("AgentSessionId", "AgentRunStatus")
 
 # `docker compose down --volumes` runs at teardown: a project name of its own
 # keeps that from deleting the volumes of a stack the developer runs for real.
 TEST_PROJECT_NAME = "durable-agent-compose-test"
-PUBLISHED_PORTS = (7233, 8080)
+PUBLISHED_PORTS = (7233, 8080, 9090, 3000)
 
 
 # --------------------------------------------------------------------------
@@ -388,6 +390,185 @@ def test_worker_config_is_self_consistent() -> None:
     assert host_workspace.is_dir(), f"default_workspace maps to {host_workspace}, which is not a folder"
 
 
+def _service_field(name: str, key: str) -> Any:
+    """A field of one service as YAML reads it (the text reader: a JSON flow value or a block list)."""
+    text = COMPOSE_FILE.read_text(encoding="utf-8")
+    yaml = _import_yaml()
+    if yaml is not None:
+        return ((yaml.safe_load(text) or {}).get("services") or {}).get(name, {}).get(key)
+    block = _sub_block(text.splitlines(), name)
+    for line in block:
+        match = re.fullmatch(rf"\s*{re.escape(key)}:\s*(.*?)\s*", line)
+        if match and match.group(1) and not match.group(1).startswith("#"):
+            return json.loads(match.group(1))
+    nested = _sub_block(block, key)
+    if nested and nested[0].lstrip().startswith("-"):
+        return [re.sub(r"^\s*-\s*", "", line).strip().strip("\"'") for line in nested]
+    return json.loads(" ".join(nested)) if nested else None
+
+
+def _host_port(spec: str) -> tuple[int, int]:
+    """``[ip:]host:container`` as (host port, container port)."""
+    *_ip, host, container = spec.split(":")
+    return int(host), int(container)
+
+
+def test_codec_server_is_wired_to_the_ui_and_the_workers_keys() -> None:
+    from durable_agent.cli.commands import build_parser
+    from durable_agent.config import load_config, parse_config
+
+    services = load_compose_services()
+    assert "codec-server" in services, "docker-compose.yaml has no codec-server service"
+    codec, worker, ui = services["codec-server"], services["worker"], services["temporal-ui"]
+    assert codec.build_context == worker.build_context, "the codec server runs the worker's image"
+    assert codec.environment.get("AGENT_CONFIG") == worker.environment["AGENT_CONFIG"], (
+        "the codec server must read the worker's config: its [codec] keys"
+    )
+
+    command = _service_field("codec-server", "command")
+    assert isinstance(command, list) and command[:2] == ["durable-agent", "codec-server"], command
+    args = build_parser().parse_args(command[1:])
+    [published] = _service_field("codec-server", "ports")
+    host_port, container_port = _host_port(published)
+    assert args.bind[1] == container_port, f"it listens on {args.bind}, but {published} is published"
+    assert args.bind[0] == "0.0.0.0", "inside its container it must listen on every interface"
+    # the browser calls it from the UI's page: the UI's host-published origin must be allowed
+    ui_port, _ = _host_port(_service_field("temporal-ui", "ports")[0])
+    assert f"http://localhost:{ui_port}" in (args.origin or []), (args.origin, ui_port)
+    assert "TEMPORAL_CODEC_ENDPOINT" in ui.environment, "the UI is never told where the codec server is"
+    # its value is the host's address (the browser calls it): documented in the UI's own comment
+    text = COMPOSE_FILE.read_text(encoding="utf-8")
+    ui_text = text[text.index("\n  temporal-ui:") : text.index("\n  worker:")]
+    assert f"http://localhost:{host_port}" in ui_text, (
+        "the UI's TEMPORAL_CODEC_ENDPOINT value is not documented"
+    )
+
+    # Encryption is opt-in: the shipped config has no keys, so the codec server (which
+    # refuses to start without them) is behind a profile and stays down by default.
+    config_file = _image_path_to_repo(
+        PurePosixPath(worker.environment["AGENT_CONFIG"]), worker, dockerfile_workdir()
+    )
+    if not load_config(config_file).codec.enabled:
+        assert _service_field("codec-server", "profiles"), "codec-server would start (and fail) without keys"
+
+    # The commented [codec] example, uncommented, is valid and names variables both services get.
+    lines = config_file.read_text(encoding="utf-8").splitlines()
+    start = lines.index("# [codec]")
+    example = []
+    for line in lines[start:]:
+        if not line.startswith("# "):
+            break
+        example.append(line[2:])
+    codec_config = parse_config(tomllib.loads("\n".join(example)), config_file.parent).codec
+    assert codec_config.enabled
+    for variable in codec_config.keys.values():
+        for service in (worker, codec):
+            assert variable in service.environment, f"{service.name} does not get ${variable}"
+
+
+DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "durable-agent-dashboard.json"
+PROMETHEUS_CONFIG = REPO_ROOT / "deploy" / "prometheus.yml"
+GRAFANA_PROVISIONING = REPO_ROOT / "deploy" / "grafana" / "provisioning"
+_METRIC_NAME = re.compile(r"\b((?:durable_agent|temporal)_[a-z0-9_]+)")
+
+
+def dashboard_panels() -> list[dict[str, Any]]:
+    """The dashboard's panels (rows left out)."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    return [p for p in dashboard["panels"] if p.get("type") != "row"]
+
+
+def dashboard_metric_names() -> set[str]:
+    """The metrics the dashboard's queries read, as the code names them (no histogram suffix)."""
+    names = set()
+    for panel in dashboard_panels():
+        for target in panel["targets"]:
+            for name in _METRIC_NAME.findall(target["expr"]):
+                names.add(re.sub(r"_(bucket|sum|count)$", "", name))
+    return names
+
+
+def test_the_dashboard_reads_the_metrics_the_code_defines() -> None:
+    from durable_agent.core.metrics import METRICS
+
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert (
+        variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    )
+    panels = dashboard_panels()
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"]), "panel ids repeat"
+    for panel in panels:
+        assert panel["datasource"]["uid"] == "${datasource}", f"{panel['title']}: not on the variable"
+        assert panel["targets"] and all(t["expr"].strip() for t in panel["targets"]), panel["title"]
+    ours = {n for n in dashboard_metric_names() if n.startswith("durable_agent_")}
+    defined = {m.name for m in METRICS}
+    assert ours <= defined, f"the dashboard reads metrics the code does not record: {sorted(ours - defined)}"
+    assert ours == defined, f"metrics no panel shows: {sorted(defined - ours)}"
+    # the SDK's names are checked against a real worker's endpoint in tests/test_telemetry.py
+    assert {"temporal_workflow_task_execution_latency", "temporal_activity_execution_failed"} <= (
+        dashboard_metric_names()
+    )
+
+
+def _prometheus_dns_targets(text: str) -> list[tuple[str, int]]:
+    """The (name, port) pairs the scrape configs' ``dns_sd_configs`` look up."""
+    yaml = _import_yaml()
+    if yaml is not None:
+        data = yaml.safe_load(text) or {}
+        return [
+            (name, int(sd["port"]))
+            for job in data.get("scrape_configs") or []
+            for sd in job.get("dns_sd_configs") or []
+            for name in sd.get("names") or []
+        ]
+    names = re.findall(r"names:\s*\[([^\]]*)\]", text)
+    ports = re.findall(r"^\s*port:\s*(\d+)", text, re.MULTILINE)
+    assert len(names) == len(ports), "the text reader expects names: [...] and a port in each dns_sd_config"
+    return [
+        (n.strip().strip("\"'"), int(port))
+        for listed, port in zip(names, ports, strict=True)
+        for n in listed.split(",")
+    ]
+
+
+def test_prometheus_scrapes_every_worker_replica_and_grafana_shows_the_dashboard() -> None:
+    from durable_agent.config import load_config
+
+    services = load_compose_services()
+    worker = services["worker"]
+    config_file = _image_path_to_repo(
+        PurePosixPath(worker.environment["AGENT_CONFIG"]), worker, dockerfile_workdir()
+    )
+    bind = load_config(config_file).metrics.bind
+    assert bind is not None, "the worker's config has no [metrics] bind: nothing to scrape"
+    host, _, port = bind.rpartition(":")
+    assert host in ("0.0.0.0", ""), (
+        f"[metrics] bind = {bind!r} is not reachable from the Prometheus container"
+    )
+    # DNS discovery of the service name: compose answers it with every replica's address
+    assert ("worker", int(port)) in _prometheus_dns_targets(PROMETHEUS_CONFIG.read_text(encoding="utf-8"))
+
+    prometheus = services["prometheus"]
+    mounted = dict((source, target) for source, target in prometheus.volumes)
+    target = mounted.get("./deploy/prometheus.yml")
+    assert target, f"prometheus does not mount deploy/prometheus.yml: {prometheus.volumes}"
+    assert f"--config.file={target}" in _service_field("prometheus", "command")
+
+    grafana = services["grafana"]
+    mounted = dict((source, target) for source, target in grafana.volumes)
+    assert mounted.get("./deploy/grafana/provisioning") == "/etc/grafana/provisioning", grafana.volumes
+    dashboard_at = PurePosixPath(mounted["./deploy/grafana/durable-agent-dashboard.json"])
+    providers = (GRAFANA_PROVISIONING / "dashboards" / "durable-agent.yml").read_text(encoding="utf-8")
+    [folder] = re.findall(r"^\s*path:\s*(\S+)", providers, re.MULTILINE)
+    assert dashboard_at.parent == PurePosixPath(folder), (
+        f"the dashboard is at {dashboard_at}, not in {folder}"
+    )
+    datasources = (GRAFANA_PROVISIONING / "datasources" / "prometheus.yml").read_text(encoding="utf-8")
+    [url] = re.findall(r"^\s*url:\s*(\S+)", datasources, re.MULTILINE)
+    assert urlsplit(url).hostname == "prometheus" and urlsplit(url).port == 9090, url
+
+
 # --------------------------------------------------------------------------
 # End to end: only where a Docker engine answers
 # --------------------------------------------------------------------------
@@ -552,6 +733,11 @@ def test_compose_stack_comes_up(monkeypatch: pytest.MonkeyPatch) -> None:
             ui_host, ui_port = _published_address(compose, "temporal-ui", 8080)
             _wait_for_http_200(f"http://{ui_host}:{ui_port}/")
 
+            grafana_host, grafana_port = _published_address(compose, "grafana", 3000)
+            _wait_for_http_200(f"http://{grafana_host}:{grafana_port}/api/health")
+            prometheus_host, prometheus_port = _published_address(compose, "prometheus", 9090)
+            _check_scraped_workers(f"http://{prometheus_host}:{prometheus_port}", 2)
+
             workers = [c for c in compose.get_containers() if c.Service == "worker"]
             assert len(workers) == 2, f"{len(workers)} worker containers, expected the 2 replicas"
             import docker
@@ -568,6 +754,26 @@ def test_compose_stack_comes_up(monkeypatch: pytest.MonkeyPatch) -> None:
             stdout, stderr = compose.get_logs()
             print(f"--- docker compose logs (last 200 lines) ---\n{_tail(stdout + stderr, 200)}")
             raise
+
+
+def _check_scraped_workers(prometheus: str, replicas: int) -> None:
+    """Prometheus finds every worker replica and scrapes it: the targets are up."""
+    seen: list[object] = [None]
+
+    def up() -> bool:
+        try:
+            with urllib.request.urlopen(f"{prometheus}/api/v1/targets?state=active", timeout=5) as response:
+                targets = json.load(response)["data"]["activeTargets"]
+        except (urllib.error.URLError, OSError, KeyError, ValueError) as exc:
+            seen[0] = exc
+            return False
+        workers = [t for t in targets if t["labels"].get("job") == "durable-agent-worker"]
+        seen[0] = [(t["scrapeUrl"], t["health"]) for t in workers]
+        return len(workers) == replicas and all(t["health"] == "up" for t in workers)
+
+    asyncio.run(
+        until(lambda: f"{replicas} worker targets up in Prometheus (seen: {seen[0]})", up, 120, interval=2)
+    )
 
 
 def _tail(text: str, lines: int) -> str:

@@ -12,7 +12,15 @@ from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
 from durable_agent.config import ConfigError
-from tests.helpers import final, read_call, running_worker, scripted_config, start, until
+from tests.helpers import (
+    awaiting_approval,
+    final,
+    read_call,
+    running_worker,
+    scripted_config,
+    start,
+    until,
+)
 
 SECRET = "sk-test-7f3a9c1e-do-not-leak-4b2d"
 
@@ -78,7 +86,10 @@ async def test_the_run_reads_like_a_story_in_the_ui(client: Client, tmp_path: Pa
     assert "checkpoint turn 1" in summaries  # the save and the export, one local activity
     digest = result.exports[0].content_digest
     assert await desc.static_summary() == "Read the evidence and tell me what it says"
-    assert f"**workspace:** `{ws}`" in (await desc.static_details() or "")
+    static = await desc.static_details() or ""
+    assert f"**workspace:** `{ws}`" in static
+    assert "worker default" not in static  # the model is the worker's choice: said below
+    assert "model: scripted/static" in details
     # the UI's "current details": status, counters and the last export
     assert "**completed**" in details
     assert f"last export: `{digest}`" in details
@@ -90,3 +101,43 @@ async def test_the_run_reads_like_a_story_in_the_ui(client: Client, tmp_path: Pa
         return [w.id async for w in client.list_workflows(query)]
 
     assert await until("the visibility listing of the completed run", listed, 15, interval=0.3) == [handle.id]
+
+
+async def test_the_details_say_awaiting_approval_while_a_call_waits(client: Client, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "evidence.txt").write_text("e\n")
+    config = scripted_config(
+        tmp_path, [read_call("r1", "evidence.txt"), final()], permissions={"allow": [], "ask": ["read"]}
+    )
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(client, queue, ws)
+        await awaiting_approval(handle)
+        waiting = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        await handle.execute_update("approve", {"call_id": "r1", "approved": True})
+        result = await handle.result()
+        done = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert result.status == "completed"
+    assert "status: awaiting_approval" in waiting.current_details
+    assert "waiting for approval of `read evidence.txt`" in waiting.current_details
+    assert "status: awaiting_approval" not in done.current_details
+
+
+async def test_empty_lists_in_results_are_empty_lists_not_null(client: Client, tmp_path: Path) -> None:
+    """What the UI shows of a run that exported nothing: ``[]`` where a list is empty."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = scripted_config(tmp_path, [final("nothing to do")])
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(client, queue, ws)
+        await handle.result()
+        history = await handle.fetch_history()
+        status = await handle.query("status")
+    [completed] = [
+        e.workflow_execution_completed_event_attributes
+        for e in history.events
+        if e.HasField("workflow_execution_completed_event_attributes")
+    ]
+    result = json.loads(completed.result.payloads[0].data)
+    assert (result["exports"], result["export_failures"], result["persistence_failures"]) == ([], [], [])
+    assert (status["pending_approvals"], status["budgets"]) == ([], [])

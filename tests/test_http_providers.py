@@ -25,7 +25,7 @@ from temporalio.client import Client
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers import ModelProvider, ProviderError, build_providers
 from durable_agent.activities.providers.http_errors import MAX_RETRY_AFTER, Failures, parse_retry_after
-from durable_agent.client import follow_run
+from durable_agent.client import follow_run, run_result
 from durable_agent.config import ConfigError, load_config, parse_config
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.models import (
@@ -949,7 +949,7 @@ async def test_cancel_while_the_model_streams_stops_the_http_request(
         live = await asyncio.wait_for(_first_live_text(handle), 10)
         assert (live.attempt, live.text) == (1, "Let me think about this")
         await handle.signal("cancel", "enough")
-        result = await asyncio.wait_for(handle.result(), 15)
+        result = await asyncio.wait_for(run_result(client, handle.id), 15)
     assert result.status == "cancelled" and result.error == "enough"
     await asyncio.wait_for(request.closed.wait(), 5)
     assert not request.complete and len(server.requests) == 1

@@ -8,8 +8,14 @@ that is a module of the package. The layers, bottom up:
 - ``durable_agent.core``: pure (no I/O, no Temporal): the contracts the workflow replays.
 - ``durable_agent.workflows``: core + temporalio + pydantic + stdlib without I/O.
 - ``durable_agent.config``: core + pydantic + stdlib.
-- ``durable_agent.client``, ``durable_agent.devserver``: core + temporalio + stdlib.
-- ``durable_agent.activities``: core + config + itself + its I/O libraries.
+- ``durable_agent.codec``: core + config + temporalio + cryptography + stdlib.
+- ``durable_agent.telemetry``, ``durable_agent.telemetry_spans``: core + config + temporalio +
+  OpenTelemetry + stdlib (traces and metrics, for the client, the worker and the activities).
+- ``durable_agent.client``, ``durable_agent.devserver``: core + config + codec + telemetry +
+  temporalio + stdlib.
+- ``durable_agent.activities``: core + config + telemetry + itself + its I/O libraries.
+- ``durable_agent.plugin``: anything above (it assembles a worker); only the worker and the
+  CLI import it.
 - ``durable_agent.worker``: anything above but the CLI.
 - ``durable_agent.cli``: the top; nothing else imports it.
 """
@@ -142,6 +148,9 @@ DECLARED_THIRD_PARTY = frozenset(
         "tree_sitter",
         "tree_sitter_bash",
         "asyncpg",
+        "opentelemetry",
+        "cryptography",
+        "google",  # google.protobuf (the codec server's JSON form of Temporal's payloads)
     }
 )
 # The top-level names ``durable_agent`` must never claim or import: a user's project has its own.
@@ -277,9 +286,12 @@ WORKFLOWS = f"{PACKAGE}.workflows"
 ACTIVITIES = f"{PACKAGE}.activities"
 CONFIG = f"{PACKAGE}.config"
 CLIENT = f"{PACKAGE}.client"
+CODEC = f"{PACKAGE}.codec"
+PLUGIN = f"{PACKAGE}.plugin"
 DEVSERVER = f"{PACKAGE}.devserver"
 WORKER = f"{PACKAGE}.worker"
 CLI = f"{PACKAGE}.cli"
+TELEMETRY = (f"{PACKAGE}.telemetry", f"{PACKAGE}.telemetry_spans")
 
 
 # --- the walk itself ---------------------------------------------------------------------
@@ -387,9 +399,27 @@ def test_activities_never_import_workflows_client_cli_or_worker() -> None:
     bad = [
         e
         for e in _edges_from(ACTIVITIES)
-        if e.top == PACKAGE and not _in(e.imported, CORE, CONFIG, ACTIVITIES)
+        if e.top == PACKAGE and not _in(e.imported, CORE, CONFIG, ACTIVITIES, *TELEMETRY)
     ]
-    assert not bad, _report(f"{ACTIVITIES} may import only {CORE}, {CONFIG} and itself from {PACKAGE}", bad)
+    assert not bad, _report(
+        f"{ACTIVITIES} may import only {CORE}, {CONFIG}, telemetry and itself from {PACKAGE}", bad
+    )
+
+
+def test_telemetry_imports_only_core_config_temporal_opentelemetry_and_stdlib() -> None:
+    bad = [
+        e
+        for e in _edges_from(*TELEMETRY)
+        if not (
+            _in(e.imported, CORE, CONFIG, *TELEMETRY)
+            or _is_stdlib(e.top)
+            or e.top in {"temporalio", "opentelemetry"}
+        )
+    ]
+    assert not bad, _report(
+        f"{PACKAGE}.telemetry* may import only {CORE}, {CONFIG}, temporalio, opentelemetry and the stdlib",
+        bad,
+    )
 
 
 def test_config_imports_only_core_pydantic_and_stdlib() -> None:
@@ -401,15 +431,35 @@ def test_config_imports_only_core_pydantic_and_stdlib() -> None:
     assert not bad, _report(f"{CONFIG} may import only {CORE}, pydantic and the stdlib", bad)
 
 
-def test_client_and_devserver_import_only_core_temporal_and_stdlib() -> None:
+def test_client_and_devserver_import_only_core_config_codec_telemetry_temporal_and_stdlib() -> None:
     bad = [
         e
         for e in _edges_from(CLIENT, DEVSERVER)
-        if not (_in(e.imported, CORE) or _is_stdlib(e.top) or e.top in {"temporalio", "pydantic"})
+        if not (
+            _in(e.imported, CORE, CONFIG, CODEC, *TELEMETRY)
+            or _is_stdlib(e.top)
+            or e.top in {"temporalio", "pydantic"}
+        )
     ]
     assert not bad, _report(
-        f"{CLIENT} and {DEVSERVER} may import only {CORE}, temporalio and the stdlib", bad
+        f"{CLIENT} and {DEVSERVER} may import only {CORE}, {CONFIG}, {CODEC}, telemetry, temporalio "
+        "and the stdlib",
+        bad,
     )
+
+
+def test_codec_imports_only_core_config_temporal_cryptography_and_stdlib() -> None:
+    bad = [
+        e
+        for e in _edges_from(CODEC)
+        if not (_in(e.imported, CORE, CONFIG) or _is_stdlib(e.top) or e.top in {"temporalio", "cryptography"})
+    ]
+    assert not bad, _report(f"{CODEC} may import only {CORE}, {CONFIG}, temporalio and cryptography", bad)
+
+
+def test_only_the_worker_and_the_cli_import_the_plugin() -> None:
+    bad = [e for e in package_edges() if _in(e.imported, PLUGIN) and not _in(e.importer, CLI, WORKER, PLUGIN)]
+    assert not bad, _report(f"only {CLI} and {WORKER} may import {PLUGIN} (it assembles a worker)", bad)
 
 
 def test_only_the_cli_imports_the_cli_and_the_worker() -> None:

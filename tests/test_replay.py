@@ -16,6 +16,7 @@ from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from durable_agent.activities import AgentActivities
+from durable_agent.client import run_result
 from durable_agent.workflows import AgentRun
 from tests.helpers import RecordingSink, read_call, running_worker, scripted_config, start, tool_call, until
 
@@ -55,7 +56,7 @@ async def test_a_fresh_run_with_cancel_replays(client: Client, tmp_path: Path) -
         handle = await start(client, queue, ws)
         await until("two exports", lambda: len(sink.exports) >= 2)
         await handle.signal("cancel", "replay me")
-        result = await handle.result()
+        result = await run_result(client, handle.id)
         assert result.status == "cancelled"
         history = await handle.fetch_history()
     replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
@@ -87,3 +88,15 @@ def test_a_v4_or_v5_history_checkpoints_each_boundary_in_one_activity(path: Path
         assert "agent.checkpoint" not in scheduled
     if scheduled.count("agent.tool_call"):
         assert local, "a tool activity's boundary is a local activity"
+
+
+def test_the_v6_cancelled_history_ends_canceled_after_its_own_request() -> None:
+    """``cancel-ends-canceled``: the run's end reaches the store, then it asks for its cancel."""
+    history = WorkflowHistory.from_json(
+        "recorded", (HISTORIES[0].parent / "agent_run_cancelled_v6.json").read_text()
+    )
+    kinds = [e.WhichOneof("attributes") for e in history.events]
+    names = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events]
+    finish, request = names.index("agent.finish_run"), names.index("agent.request_cancel")
+    assert finish < request < kinds.index("workflow_execution_cancel_requested_event_attributes")
+    assert kinds[-1] == "workflow_execution_canceled_event_attributes"

@@ -25,7 +25,7 @@ from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools import ToolFailure, builtin_tools, sandbox
-from durable_agent.client import start_run
+from durable_agent.client import run_result, start_run
 from durable_agent.config import ConfigError, SandboxConfig, load_config
 from durable_agent.core.run_api import AgentRunInput
 from durable_agent.core.tool_specs import validate_args
@@ -314,7 +314,7 @@ async def test_a_cancelled_run_leaves_no_process(client: Client, tmp_path: Path,
         handle = await start(client, queue, ws, "sleep")
         await until("the command to start", (ws / "ready").exists, 10)
         await handle.signal("cancel", "stop")
-        result = await asyncio.wait_for(handle.result(), 15)
+        result = await asyncio.wait_for(run_result(client, handle.id), 15)
     assert result.status == "cancelled"
     assert processes_with(mark) == []
 

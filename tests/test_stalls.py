@@ -22,6 +22,7 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools import Tool, ToolFailure, builtin_tools
 from durable_agent.activities.tools import search as tools_search
 from durable_agent.activities.tools.base import stoppable
+from durable_agent.client import run_result
 from durable_agent.core.models import ToolResultBlock
 from durable_agent.core.run_api import RunStatusView
 from durable_agent.core.tool_args import GrepArgs, grep_regex
@@ -330,7 +331,7 @@ async def test_a_hostile_grep_neither_stalls_the_worker_nor_outlives_its_cancel(
         status = await asyncio.wait_for(hostile.query("status", result_type=RunStatusView), 5)
         assert status.status == "executing"  # ... and its own queries are answered
         await hostile.signal("cancel", "enough searching")
-        hostile_result = await asyncio.wait_for(hostile.result(), 15)
+        hostile_result = await asyncio.wait_for(run_result(client, hostile.id), 15)
         # the search's thread noticed the cancel and returned early, not after the whole file set
         assert await asyncio.to_thread(grep.returned.wait, DONE_WITHIN)
     assert quiet_result.status == "completed" and quiet_result.tool_calls_count == 3

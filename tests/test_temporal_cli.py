@@ -12,6 +12,7 @@ from typing import Any
 from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
+from durable_agent.client import run_result
 from durable_agent.core.run_api import AgentRunResult
 from durable_agent.devserver import temporal_binary
 from tests.helpers import final, read_call, running_worker, scripted_config, until
@@ -62,7 +63,7 @@ async def test_start_signal_and_query_with_the_temporal_cli(client: Client, tmp_
         await temporal(
             client, "workflow", "signal", "-w", wid, "--name", "cancel", "--input", '"from the CLI"'
         )
-        result = await handle.result()
+        result = await run_result(client, handle.id)
     assert result.status == "cancelled" and result.error == "from the CLI"
     assert [e.turn for e in result.exports] == [1]
 

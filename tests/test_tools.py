@@ -20,6 +20,7 @@ from durable_agent.activities.tools import Tool, ToolFailure, builtin_tools
 from durable_agent.activities.tools import bash as tools_bash
 from durable_agent.activities.tools import search as tools_search
 from durable_agent.activities.tools.bash import _group_alive
+from durable_agent.client import run_result
 from durable_agent.config import SandboxConfig
 from durable_agent.core.models import ToolResultBlock
 from durable_agent.core.tool_args import (
@@ -509,7 +510,7 @@ async def test_cancel_while_bash_runs_kills_its_process_group(client: Client, tm
         shell = int((ws / "pid").read_text())
         assert alive(shell)
         await handle.signal("cancel", "stop the sleep")
-        result = await asyncio.wait_for(handle.result(), 15)
+        result = await asyncio.wait_for(run_result(client, handle.id), 15)
     assert result.status == "cancelled" and result.error == "stop the sleep"
     assert await gone(shell)
     assert not _group_alive(shell)  # the shell's process group: sleep included

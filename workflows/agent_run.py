@@ -22,15 +22,17 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, CancelledError
 
 from durable_agent.workflows.approvals import ApprovalBook, summarize_arguments
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import (
         MODEL_CALL,
+        REQUEST_CANCEL,
         TOOL_CALL,
         ModelStepInput,
+        RequestCancelInput,
         ToolCallInput,
         ToolOutput,
     )
@@ -50,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.permissions import COMMAND_TOOLS
     from durable_agent.core.run_api import (
         QUERY_EVENTS,
+        QUERY_RESULT,
         QUERY_STATUS,
         SIGNAL_CANCEL,
         SIGNAL_END,
@@ -71,7 +74,6 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.tool_specs import ToolCallError, find_offer, permission_target
 
 from durable_agent.workflows.calls import (
-    TEMPORAL_CANCEL_REASON,
     CallRunner,
     Cancellation,
     RunCancelled,
@@ -87,8 +89,20 @@ from durable_agent.workflows.context_keeper import (
     model_pending,
 )
 from durable_agent.workflows.log_keeper import LogKeeper
+from durable_agent.workflows.metrics import (
+    approval_decided,
+    approval_requested,
+    invalid_tool_call,
+    tool_call_refused,
+)
 from durable_agent.workflows.presence import AWAITING_APPROVAL, AWAITING_PROMPT, EXECUTING, Presence
 from durable_agent.workflows.starting import Starter
+
+# A run the ``cancel`` signal ended asks Temporal for a cancel request, so that it ends in the
+# Canceled state; histories recorded before close as Completed (with status ``cancelled``).
+PATCH_CANCELED_STATE = "cancel-ends-canceled"
+# How long it waits for its own request to arrive before it completes instead.
+CANCEL_REQUEST_WAIT_SECONDS = 60
 
 
 class BudgetStop(Exception):
@@ -197,6 +211,13 @@ class AgentRun:
         state = self._presence.state
         return state.events_after(after_sequence) if state is not None else []
 
+    @workflow.query(name=QUERY_RESULT)
+    def final_result(self) -> AgentRunResult | None:
+        """The ended run's result, whatever state it ended in (None until its end): a cancelled
+        run ends Canceled, with no result of Temporal's to read."""
+        state = self._presence.state
+        return state.result() if self._ended and state is not None else None
+
     # --- the run ------------------------------------------------------------
 
     @workflow.run
@@ -218,8 +239,8 @@ class AgentRun:
             final, error = "cancelled", self._cancellation.reason
         except asyncio.CancelledError:
             # a Temporal cancel request (UI, CLI): honoured like the signal
-            self._cancellation.request(TEMPORAL_CANCEL_REASON)
-            final, error = "cancelled", TEMPORAL_CANCEL_REASON
+            self._cancellation.temporal_request()
+            final, error = "cancelled", self._cancellation.reason
         except RunFailed as exc:
             final, error = "failed", str(exc)
         except BudgetStop as exc:
@@ -229,8 +250,51 @@ class AgentRun:
         await self._log.finish(state)
         self._presence.status(final)
         self._presence.details(f"**{final}**" + (f": {error}" if error else ""))
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._handlers_finished()
+        # its record and last export are kept: a cancelled run ends in Temporal's Canceled state
+        # (the UI's list, ``ExecutionStatus="Canceled"``); the ``result`` query reads its record
+        canceled = final == "cancelled" and workflow.patched(PATCH_CANCELED_STATE)
+        if canceled and await self._cancel_requested(state):
+            raise CancelledError(error or "cancelled")
         return state.result()
+
+    async def _handlers_finished(self) -> None:
+        """Let the updates in flight answer before the run closes; a cancel request meanwhile is
+        noted, not lost."""
+        while True:
+            try:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                return
+            except asyncio.CancelledError:
+                self._cancellation.temporal_request()
+
+    async def _cancel_requested(self, state: LoopState) -> bool:
+        """Whether Temporal holds a cancel request for this run, asking for one when only the
+        signal cancelled it (a workflow may not request its own cancel). ``False`` when the
+        request cannot be made: the run then completes, cancelled, as before."""
+        if self._cancellation.by_temporal:
+            return True
+        info = workflow.info()
+        try:
+            await self._calls.run(
+                REQUEST_CANCEL,
+                RequestCancelInput(
+                    workflow_id=info.workflow_id, run_id=info.run_id, reason=self._cancellation.reason
+                ),
+                summary="end Canceled: request this run's cancel",
+                timeouts=state.plan.timeouts,
+                cancellable=False,
+            )
+            await workflow.wait_condition(
+                lambda: self._cancellation.by_temporal,
+                timeout=timedelta(seconds=CANCEL_REQUEST_WAIT_SECONDS),
+                timeout_summary="the run's cancel request",
+            )
+        except asyncio.CancelledError:
+            self._cancellation.temporal_request()
+        except (ActivityError, TimeoutError) as exc:
+            workflow.logger.warning("the run ends completed, not Canceled: %s", exc)
+        return self._cancellation.by_temporal
 
     async def _loop(self, state: LoopState) -> None:
         plan = state.plan
@@ -297,7 +361,7 @@ class AgentRun:
         except TimeoutError:
             pass
         except asyncio.CancelledError:
-            self._cancellation.request(TEMPORAL_CANCEL_REASON)
+            self._cancellation.temporal_request()
         self._awaiting_prompt = False
         self._cancellation.check()  # a cancel ends the conversation as any cancel does: cancelled
         prompt, self._prompt = self._prompt, None
@@ -354,6 +418,7 @@ class AgentRun:
             offer = find_offer(plan.tools, call.name)
             target = permission_target(offer, call.input, plan.workspace)
         except ToolCallError as exc:
+            invalid_tool_call(plan.tools, call.name)
             return ToolOutput(content=str(exc), is_error=True)
         decision = plan.permissions.decide(call.name, target)
         reason: str | None = None
@@ -364,6 +429,7 @@ class AgentRun:
         elif decision == "ask":
             reason = await self._ask(state, call, target)
         if reason is not None:
+            tool_call_refused(call.name, by_person=decision == "ask")
             state.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=reason), now_ms())
             return ToolOutput(content=reason, is_error=True)
         summary = call_summary(call, target)
@@ -385,6 +451,7 @@ class AgentRun:
                 approved = inline.model_copy(update={"approved_target": resolved})
                 output = await self._call_tool(state, call, approved, summary)
             else:
+                tool_call_refused(call.name, by_person=True)
                 output = ToolOutput(content=reason, is_error=True, permission="denied")
         if output.permission is not None:
             # denied by the resolved path, or (its link changed meanwhile) still not approved
@@ -434,6 +501,7 @@ class AgentRun:
             arguments_digest=digest_of(call.input),
         )
         self._approvals.ask(request)
+        approval_requested(call.name)
         state.emit(
             ConfirmationRequiredEvent(
                 id=call.id,
@@ -463,10 +531,11 @@ class AgentRun:
         except TimeoutError:
             timed_out = True
         except asyncio.CancelledError:
-            self._cancellation.request(TEMPORAL_CANCEL_REASON)
+            self._cancellation.temporal_request()
         # not in a ``finally``: a worker evicting the run closes this coroutine, and no
         # workflow command may be made then
         decision = self._approvals.close(call.id)
+        approval_decided(call.name, decision.approved if decision else None, timed_out=timed_out)
         self._presence.status(EXECUTING)
         self._cancellation.check()
         approved = decision is not None and decision.approved

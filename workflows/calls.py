@@ -86,16 +86,24 @@ def as_activity_error(activity_type: str, failure: FailureError) -> ActivityErro
 
 
 class Cancellation:
-    """Whether the run was asked to stop, and why (the first reason given wins)."""
+    """Whether the run was asked to stop, and why (the first reason given wins); and whether
+    Temporal holds a cancel request for it, without which it cannot end Canceled."""
 
     def __init__(self) -> None:
         self.requested = False
         self.reason: str | None = None
+        self.by_temporal = False
 
     def request(self, reason: str) -> None:
         if not self.requested:
             self.requested = True
             self.reason = reason
+
+    def temporal_request(self) -> None:
+        """A Temporal cancel request reached the run (the UI, ``temporal workflow cancel``, or the
+        run's own request after the ``cancel`` signal)."""
+        self.by_temporal = True
+        self.request(workflow.cancellation_reason() or TEMPORAL_CANCEL_REASON)
 
     def check(self) -> None:
         if self.requested:
@@ -146,7 +154,7 @@ class CallRunner:
             maximum_attempts=options.maximum_attempts,
         )
         if not cancellable:
-            plain = await workflow.execute_activity(
+            plain = workflow.start_activity(
                 decl.name,
                 arg,
                 result_type=decl.result_type,
@@ -155,7 +163,7 @@ class CallRunner:
                 retry_policy=retry,
                 summary=summary,
             )
-            return cast(OutT, plain)
+            return cast(OutT, await self._uncancelled(plain))
         wait = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
         handle = (
             workflow.start_local_activity(
@@ -185,7 +193,7 @@ class CallRunner:
         except asyncio.CancelledError:
             # A Temporal cancel request (UI, CLI) does not reach this activity by
             # itself: treat it as the cancel signal, so the activity stops too.
-            cancellation.request(TEMPORAL_CANCEL_REASON)
+            cancellation.temporal_request()
         if not handle.done():
             handle.cancel()
         try:
@@ -200,3 +208,15 @@ class CallRunner:
             raise as_activity_error(decl.name, exc) from exc
         cancellation.check()
         return cast(OutT, result)
+
+    async def _uncancelled(self, handle: workflow.ActivityHandle[OutT]) -> OutT:
+        """The activity's result, which a Temporal cancel request does not stop: it is noted
+        (the loop stops at its next check) and the activity goes on (the run's start, and its
+        end, which must reach the store even for a cancelled run)."""
+        while True:
+            try:
+                return await asyncio.shield(handle)
+            except asyncio.CancelledError:
+                if handle.done() and handle.cancelled():
+                    raise
+                self._cancellation.temporal_request()

@@ -59,10 +59,14 @@ class Presence:
             view = state.status_view(
                 self._cancellation.requested, awaiting_prompt=self._shown == AWAITING_PROMPT
             )
+            # the status search lists the run by: a call waiting for a person shows as such
+            status = AWAITING_APPROVAL if self._shown == AWAITING_APPROVAL else view.status
             parts.append(
-                f"status: {view.status} · turn {view.turn} · tool calls {view.tool_calls} · "
+                f"status: {status} · turn {view.turn} · tool calls {view.tool_calls} · "
                 f"exports {view.exports_delivered} (failed {view.export_failures})"
             )
+            # what the worker resolved, where the start's details could only say "the default"
+            parts.append(f"model: {state.plan.model} · workspace: `{state.plan.workspace}`")
             if view.context_window:
                 parts.append(
                     f"context: {view.context_tokens} of {view.context_window} tokens · "

@@ -22,6 +22,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from durable_agent.cli.approvals import add_commands as add_approval_commands
+from durable_agent.cli.codec_server import add_commands as add_codec_commands
 from durable_agent.cli.common import build_run_input, err, failure_text, follow_and_report
 from durable_agent.cli.exports import PG_PREFIX, cmd_exports, read_export_ref
 from durable_agent.cli.render import EventPrinter, print_result, print_status
@@ -31,11 +32,13 @@ from durable_agent.client import (
     exit_process,
     follow_events,
     follow_turn,
+    run_result,
     send_prompt,
     start_run,
     steer_run,
 )
 from durable_agent.client import task_queue as default_task_queue
+from durable_agent.config import ConfigError
 from durable_agent.core.errors import validation_message
 from durable_agent.core.models import EndEvent, EventRecord
 from durable_agent.core.run_api import (
@@ -100,7 +103,7 @@ async def _run(args: argparse.Namespace, run: AgentRunInput) -> int:
         print(handle.id)
         return 0
     print(f"Started workflow {handle.id} on task queue {queue!r} (a worker must be running there)\n")
-    result = await follow_and_report(handle)
+    result = await follow_and_report(client, handle)
     print(f"\nworkflow: {handle.id}")
     return 0 if result is not None and result.status == "completed" else 1
 
@@ -227,7 +230,7 @@ async def _chat(args: argparse.Namespace) -> int:
             continue
         after = max(after, accepted.after_sequence)
     try:
-        result = await handle.result()
+        result = await run_result(client, handle.id)
     except WorkflowFailureError as exc:
         err(f"workflow {handle.id} failed: {failure_text(exc)}")
         return 1
@@ -305,9 +308,8 @@ async def _events(args: argparse.Namespace) -> int:
 
 
 async def _result(args: argparse.Namespace) -> int:
-    handle = (await connect()).get_workflow_handle(args.workflow_id, result_type=AgentRunResult)
     try:
-        result = await handle.result()
+        result = await run_result(await connect(), args.workflow_id)
     except WorkflowFailureError as exc:
         err(f"workflow {args.workflow_id} failed: {failure_text(exc)}")
         return 1
@@ -325,6 +327,9 @@ def _network(command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]) 
         except (RPCError, WorkflowQueryFailedError, WorkflowAlreadyStartedError, RuntimeError) as exc:
             err(f"{args.command}: {exc}")
             return 1
+        except ConfigError as exc:  # the config the client reads its codec keys from
+            err(f"{args.command}: {exc}")
+            return 2
         except KeyboardInterrupt:
             return 130  # a run being followed goes on without us
 
@@ -488,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     exports.add_argument("session_id")
     exports.add_argument("--sink", help="the sink (default: the config's default_sink)")
     exports.set_defaults(func=cmd_exports)
+    add_codec_commands(sub)
     return parser
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from durable_agent.cli.render import EventPrinter, print_result
-from durable_agent.client import follow_run
+from durable_agent.client import follow_run, run_result
 from durable_agent.core.run_api import AgentRunInput, AgentRunResult
 
 
@@ -32,14 +32,16 @@ def failure_text(exc: WorkflowFailureError) -> str:
     return str(getattr(cause, "message", "") or cause or exc)
 
 
-async def follow_and_report(handle: WorkflowHandle[Any, AgentRunResult]) -> AgentRunResult | None:
+async def follow_and_report(
+    client: Client, handle: WorkflowHandle[Any, AgentRunResult]
+) -> AgentRunResult | None:
     """Print the run's live log and then its result; ``None`` when the workflow itself failed."""
     printer = EventPrinter()
     async for record in follow_run(handle):
         printer.show(record)
     printer.finish()
     try:
-        result = await handle.result()
+        result = await run_result(client, handle.id)
     except WorkflowFailureError as exc:
         # The run was refused (bad input or config): the cause holds the reason.
         err(f"workflow {handle.id} failed: {failure_text(exc)}")

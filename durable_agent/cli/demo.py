@@ -12,9 +12,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,7 @@ from durable_agent.devserver import (
     split_address,
     start_dev_server,
     stop_dev_server,
+    temporal_binary,
 )
 
 if TYPE_CHECKING:
@@ -70,6 +73,22 @@ def _cancel_on_sigterm() -> None:
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
 
 
+def program(name: str) -> str:
+    """How to call ``name`` (``durable-agent``, ``temporal``) from the shell that ran the demo:
+    the bare name when PATH finds this installation's, else its path (a venv not activated)."""
+    beside = Path(sys.executable).parent / name
+    found = shutil.which(name)
+    if not beside.exists():
+        return name if found else temporal_binary() if name == "temporal" else name
+    if found and Path(found).resolve() == beside.resolve():
+        return name
+    try:
+        path = str(beside.relative_to(Path.cwd()))
+    except ValueError:
+        path = str(beside)
+    return shlex.quote(path)
+
+
 def _prepare_workspace(given: str | None) -> Path:
     if given is not None:
         return Path(given).expanduser().resolve()
@@ -98,6 +117,7 @@ async def _demo(
     ui_base: str | None,
     started_server: bool,
     outcome: _Outcome,
+    server_ports: tuple[int, int] | None = None,
 ) -> int:
     from durable_agent.worker import build_worker
 
@@ -106,7 +126,7 @@ async def _demo(
     # warnings (with tracebacks) would bury it.
     logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
     try:
-        client = await connect()
+        client = await connect(config)
     except RuntimeError as exc:  # what Client.connect raises when nothing answers
         err(f"demo: cannot connect to Temporal: {exc}")
         return 2
@@ -120,12 +140,21 @@ async def _demo(
         print(f"Worker:    in this process, task queue {queue!r}, namespace {client.namespace!r}")
         handle = await start_run(client, run, queue=queue)
         print(f"Started:   workflow {handle.id}\n")
-        result = await follow_and_report(handle)
+        result = await follow_and_report(client, handle)
         outcome.code = 0 if result is not None and result.status == "completed" else 1
         exports = _exports_folder(config, config.default_sink, result) if result else None
         run_id = result.run_id if result else (handle.first_execution_run_id or "")
         print_where_to_look(
-            client.namespace, handle.id, run_id, ui_base, exports, restart_hint=args.exit and started_server
+            client.namespace,
+            handle.id,
+            run_id,
+            ui_base,
+            exports,
+            restart_hint=args.exit and started_server,
+            task_queue=queue,
+            programs=(program("durable-agent"), program("temporal")),
+            db_file=(AGENT_DIR / "temporal.db").resolve(),
+            server_ports=server_ports,
         )
         if started_server and not args.exit:
             print(
@@ -205,7 +234,9 @@ def run_demo(args: argparse.Namespace) -> int:
         else:
             print(f"Using the Temporal server at {address}\n")
         started = server is not None
-        return _run_async(_demo(args, config, activities, run, ui_base, started, outcome), outcome)
+        # the restart hint names the ports the demo's server used, when not the defaults
+        ports = (port, port + 1000) if started and port != DEFAULT_LOCAL_PORT else None
+        return _run_async(_demo(args, config, activities, run, ui_base, started, outcome, ports), outcome)
     finally:
         if server is not None:
             stop_dev_server(server)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -236,11 +237,21 @@ def print_where_to_look(
     exports: Path | None,
     *,
     restart_hint: bool = False,
+    task_queue: str | None = None,
+    programs: tuple[str, str] = ("durable-agent", "temporal"),
+    db_file: Path | None = None,
+    server_ports: tuple[int, int] | None = None,
     out: TextIO | None = None,
 ) -> None:
-    """Where a person finds the run afterwards: the Web UI, the export files, the commands."""
+    """Where a person finds the run afterwards: the Web UI, the export files, the commands.
+
+    ``programs``: how to call ``durable-agent`` and ``temporal`` from this shell (a path when
+    they are not on PATH); ``task_queue``: the run's, when a worker must be started for it;
+    ``server_ports``: the dev server's and its UI's, when not the defaults.
+    """
     out = out or sys.stdout
     w = out.write
+    agent, temporal = programs
     w("\nWhere to look:\n")
     if ui_base is not None:
         w(f"  Web UI:   {ui_base}/namespaces/{namespace}/workflows/{workflow_id}/{run_id}/history\n")
@@ -248,14 +259,18 @@ def print_where_to_look(
         w(f"  workflow: {workflow_id} (namespace {namespace})\n")
     if exports is not None:
         w(f"  exports:  {exports}\n")
-    w(f"  commands: durable-agent status {workflow_id}\n")
-    w(f"            durable-agent events {workflow_id}\n")
-    w(f"            temporal workflow show -w {workflow_id}\n")
+    w(f"  commands: {agent} status {workflow_id}\n")
+    w(f"            {agent} events {workflow_id}\n")
+    w(f"            {temporal} workflow show -w {workflow_id}\n")
     if restart_hint:
         # With --exit the server is gone by the time anyone reads this; its history is not.
+        db = shlex.quote(str(db_file or ".agent/temporal.db"))
+        queue = f"AGENT_TASK_QUEUE={shlex.quote(task_queue)} " if task_queue else ""
+        ports = f" --port {server_ports[0]} --ui-port {server_ports[1]}" if server_ports else ""
         w(
-            "  (--exit: the dev server stops now; its history stays in .agent/temporal.db.\n"
-            "   `temporal server start-dev --db-filename .agent/temporal.db` brings the UI back;\n"
-            "   the status and events commands also need a worker: `durable-agent worker`.)\n"
+            f"  (--exit: the dev server stops now; its history stays in {db}.\n"
+            f"   `{temporal} server start-dev --db-filename {db}{ports}` brings the UI back;\n"
+            f"   the status and events commands also need a worker on the run's task queue:\n"
+            f"   `{queue}{agent} worker`.)\n"
         )
     out.flush()

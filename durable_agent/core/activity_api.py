@@ -233,6 +233,15 @@ class ActivityOptions:
     maximum_interval_seconds: float | None = None
 
 
+class RequestCancelInput(Frozen):
+    """Ask Temporal to cancel this execution of a run (``workflow_id``, ``run_id``): a run that
+    the ``cancel`` signal ended asks so that it can end Canceled, as a cancel request's does."""
+
+    workflow_id: str
+    run_id: str
+    reason: str | None = None
+
+
 @dataclass(frozen=True)
 class ActivityDecl(Generic[InT, OutT]):
     """One activity: its stable name (recorded histories refer to it), its input and result
@@ -331,6 +340,14 @@ CHECKPOINT = ActivityDecl[CheckpointInput, ExportDescriptor](
 FINISH_RUN = ActivityDecl[FinishRunInput, None](
     "agent.finish_run", FinishRunInput, None, _checkpoint(lambda t: t.checkpoint_max_attempts)
 )
+# A workflow cannot request its own cancel (the server refuses one aimed at the caller): a
+# run cancelled by the signal asks through an activity, on the worker's client.
+REQUEST_CANCEL = ActivityDecl[RequestCancelInput, None](
+    "agent.request_cancel",
+    RequestCancelInput,
+    None,
+    lambda _: ActivityOptions(start_to_close_seconds=10, maximum_attempts=5),
+)
 # Only runs started before linear history load their session (``durable_agent.core.legacy``).
 LOAD_SESSION = ActivityDecl[LoadSessionInput, SessionRuns](
     "agent.load_session", LoadSessionInput, SessionRuns, _checkpoint(lambda _: 3)
@@ -348,6 +365,7 @@ ACTIVITIES: tuple[ActivityDecl[Any, Any], ...] = (
     CHECKPOINT,
     FINISH_RUN,
     LOAD_SESSION,
+    REQUEST_CANCEL,
 )
 
 

@@ -35,6 +35,9 @@ WORKFLOW_TYPE = "AgentRun"
 SIGNAL_CANCEL = "cancel"
 QUERY_STATUS = "status"
 QUERY_EVENTS = "events"
+# The ended run's result (None before its end): a cancelled run ends in Temporal's Canceled
+# state, which carries no result, so its final record is read with this query.
+QUERY_RESULT = "result"
 UPDATE_APPROVE = "approve"
 UPDATE_PROMPT = "prompt"  # a follow-up prompt to a run that waits for one
 UPDATE_STEER = "steer"  # a user message the model sees at its next request

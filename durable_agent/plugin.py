@@ -1,0 +1,154 @@
+"""``DurableAgentPlugin``: durable-agent in a Temporal client and worker of your own, in one line.
+
+::
+
+    plugin = DurableAgentPlugin()  # the config named by AGENT_CONFIG (or pass one)
+    client = await Client.connect("localhost:7233", plugins=[plugin])
+    worker = Worker(client, task_queue="agent", workflows=[MyWorkflow], activities=[my_activity])
+
+The client gets the agent's data converter (pydantic's, encrypting when ``[codec]`` has keys)
+and the tracing interceptor when the ``OTEL_*`` variables ask for traces (it then traces your
+workflows too); every worker built from that client also runs ``AgentRun`` and the agent's
+activities, opens the store's and sinks' connections before it polls and closes them after,
+and (with ``[metrics] bind``) serves Prometheus metrics and counts the runs waiting for
+approval. ``worker.py`` is the same worker with nothing of yours in it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import temporalio.converter
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.plugin import SimplePlugin
+from temporalio.runtime import Runtime
+from temporalio.service import ConnectConfig, ServiceClient
+from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from durable_agent.activities import AgentActivities
+from durable_agent.client import agent_interceptors
+from durable_agent.codec import data_converter
+from durable_agent.config import AgentConfig, load_config
+from durable_agent.telemetry import approvals_waiting_reporter, metrics_runtime
+from durable_agent.workflows import AgentRun
+
+# The SDK's defaults, which the plugin tightens where the worker's config left them as they are.
+_SDK_HEARTBEAT_THROTTLE = timedelta(seconds=60)
+_SDK_STICKY_TIMEOUT = timedelta(seconds=10)
+# Heartbeats carry a streaming model call's text to followers, a cancel reaches an activity only
+# on a heartbeat's answer, and a worker that died is noticed a heartbeat timeout (2 s) after its
+# last one: two a second at most.
+HEARTBEAT_THROTTLE = timedelta(seconds=0.5)
+# A run whose worker died moves to another after 2 s, not Temporal's default 10 s.
+STICKY_TIMEOUT = timedelta(seconds=2)
+
+
+# Imported from outside the workflow sandbox: our workflow and core modules keep no state and
+# read no clock (tests/test_layers.py), and the native extensions beneath the rest cannot be
+# imported twice (a module of the user's that imports this one would otherwise fail there).
+PASSED_THROUGH = ("durable_agent", "cryptography", "opentelemetry", "asyncpg", "httpx")
+
+
+def _pass_through(runner: WorkflowRunner | None) -> WorkflowRunner:
+    if runner is None:
+        raise ValueError("DurableAgentPlugin: the worker has no workflow runner")
+    if isinstance(runner, SandboxedWorkflowRunner):
+        restrictions = runner.restrictions.with_passthrough_modules(*PASSED_THROUGH)
+        return dataclasses.replace(runner, restrictions=restrictions)
+    return runner
+
+
+class DurableAgentPlugin(SimplePlugin):
+    """Adds the agent's data converter, workflow, activities and interceptors to a client
+    and to the workers built from it (see the module docstring).
+
+    ``config``: the agent config (default: the file ``AGENT_CONFIG`` names, or the built-in
+    one). ``activities``: the activities to register (default: built from ``config`` when the
+    first worker is configured, so a client-only use never reads provider credentials).
+    """
+
+    def __init__(
+        self, config: AgentConfig | None = None, *, activities: AgentActivities | None = None
+    ) -> None:
+        self.config = config if config is not None else load_config()
+        self._activities = activities
+        self._runtime: Runtime | None = None
+        self._workers = 0  # running workers of this plugin's: the last one closes the connections
+        super().__init__(
+            "durable_agent.DurableAgentPlugin",
+            data_converter=self._data_converter,
+            interceptors=agent_interceptors(self.config),
+            workflows=[AgentRun],
+            activities=self._add_activities,
+            workflow_runner=_pass_through,
+        )
+
+    @property
+    def agent_activities(self) -> AgentActivities:
+        """The activities every worker built with this plugin runs (made on first use)."""
+        if self._activities is None:
+            self._activities = AgentActivities(self.config)
+        return self._activities
+
+    def _data_converter(
+        self, existing: temporalio.converter.DataConverter | None
+    ) -> temporalio.converter.DataConverter:
+        ours = data_converter(self.config.codec)
+        if existing is None or existing is temporalio.converter.DataConverter.default:
+            return ours
+        # a converter of the host's own: keep its codec and failure converter unless ours encrypts
+        converter = dataclasses.replace(existing, payload_converter_class=PydanticPayloadConverter)
+        if self.config.codec.enabled:
+            converter = dataclasses.replace(
+                converter,
+                payload_codec=ours.payload_codec,
+                failure_converter_class=ours.failure_converter_class,
+            )
+        return converter
+
+    def _add_activities(self, existing: Sequence[Callable[..., Any]] | None) -> Sequence[Callable[..., Any]]:
+        return [*(existing or ()), *self.agent_activities.all()]
+
+    async def connect_service_client(
+        self, config: ConnectConfig, next: Callable[[ConnectConfig], Awaitable[ServiceClient]]
+    ) -> ServiceClient:
+        """With ``[metrics] bind``, the client runs on a runtime that serves Prometheus metrics
+        there (the SDK's and the agent's), unless the host gave a runtime of its own."""
+        bind = self.config.metrics.bind
+        if bind is not None and config.runtime is None:
+            if self._runtime is None:
+                self._runtime = metrics_runtime(bind)
+            config = dataclasses.replace(config, runtime=self._runtime)
+        return await next(config)
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """See ``SimplePlugin``; also the worker options takeover after a crash relies on,
+        where the worker was given the SDK's defaults."""
+        config = super().configure_worker(config)
+        if config.get("max_heartbeat_throttle_interval") == _SDK_HEARTBEAT_THROTTLE:
+            config["max_heartbeat_throttle_interval"] = HEARTBEAT_THROTTLE
+        if config.get("sticky_queue_schedule_to_start_timeout") == _SDK_STICKY_TIMEOUT:
+            config["sticky_queue_schedule_to_start_timeout"] = STICKY_TIMEOUT
+        return config
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """While a worker runs: the store's and sinks' connections open (closed after the last
+        worker of this plugin stops), and with metrics the approvals-waiting gauge kept."""
+        activities = self.agent_activities
+        if self._workers == 0:
+            await activities.connect()
+        self._workers += 1
+        try:
+            if self.config.metrics.bind is not None:
+                async with approvals_waiting_reporter(worker.client, task_queue=worker.task_queue):
+                    await next(worker)
+            else:
+                await next(worker)
+        finally:
+            self._workers -= 1
+            if self._workers == 0:
+                await activities.aclose()

@@ -1,0 +1,293 @@
+"""Traces and metrics: what the client and the worker set up, and the agent's metrics.
+
+**Traces.** ``configure_tracing`` installs an OpenTelemetry ``TracerProvider`` exporting over
+OTLP when the standard variables ask for it (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; ``OTEL_SDK_DISABLED=true`` or
+``OTEL_TRACES_EXPORTER=none`` keep it off); the exporter, the batch processor, the sampler and
+the resource read the other ``OTEL_*`` variables themselves. ``tracing_interceptors`` are
+Temporal's ``TracingInterceptor``: on the client, they trace its calls and every worker built
+from it (workflow spans are made once, never again on replay). The activities add a span per
+model and tool call (``durable_agent.telemetry_spans``).
+
+**Metrics.** ``metrics_runtime`` is a Temporal ``Runtime`` whose Prometheus endpoint serves the
+SDK's metrics (``temporal_*``, durations in seconds) and the agent's, recorded through the
+same runtime's ``MetricMeter`` (``AgentMetrics``); their names, units and labels are the table
+in ``durable_agent.core.metrics``. ``approvals_waiting_reporter`` keeps the
+``durable_agent_approvals_waiting`` gauge from Temporal's visibility.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import ipaddress
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from temporalio.common import MetricCounter, MetricGauge, MetricHistogramFloat, MetricMeter
+from temporalio.runtime import PrometheusConfig, Runtime
+from temporalio.runtime import TelemetryConfig as RuntimeTelemetry
+
+from durable_agent.config import ConfigError, TelemetryConfig
+from durable_agent.core import metrics as m
+from durable_agent.core.run_api import SA_RUN_STATUS
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+    from opentelemetry.trace import TracerProvider
+    from temporalio.client import Client, Interceptor
+
+log = logging.getLogger(__name__)
+
+# the status ``workflows/presence.py`` lists a run by while a call waits for a person
+AWAITING_APPROVAL = "awaiting_approval"
+APPROVALS_WAITING_QUERY = f'ExecutionStatus = "Running" AND {SA_RUN_STATUS} = "{AWAITING_APPROVAL}"'
+GRPC_EXPORTER = "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"
+
+_installed: SdkTracerProvider | None = None  # the provider configure_tracing installed, once
+
+
+# --- traces ---------------------------------------------------------------------------------
+
+
+def tracing_wanted(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the standard ``OTEL_*`` variables ask for traces: an OTLP endpoint is named,
+    the SDK is not disabled and the traces exporter is not ``none``."""
+    env = os.environ if env is None else env
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = {e.strip().lower() for e in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",")}
+    if "none" in exporters:
+        return False
+    if exporters - {"otlp", ""}:
+        raise ConfigError(
+            f"OTEL_TRACES_EXPORTER={env['OTEL_TRACES_EXPORTER']!r}: this worker exports traces over "
+            "OTLP only (set it to otlp, or none)"
+        )
+    return any(
+        env.get(v, "").strip() for v in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    )
+
+
+def span_exporter(env: Mapping[str, str] | None = None) -> Any:
+    """The OTLP span exporter the protocol variables name (``http/protobuf`` by default, as the
+    specification says); it reads its endpoint, headers, timeout and TLS files itself."""
+    env = os.environ if env is None else env
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
+    ).strip() or "http/protobuf"
+    if protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    if protocol == "grpc":
+        try:
+            grpc = importlib.import_module(GRPC_EXPORTER)
+        except ImportError:
+            raise ConfigError(
+                "OTLP protocol grpc needs the gRPC exporter: pip install "
+                "opentelemetry-exporter-otlp-proto-grpc (or set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf)"
+            ) from None
+        return grpc.OTLPSpanExporter()
+    raise ConfigError(f"OTLP protocol {protocol!r} is not supported here: use http/protobuf or grpc")
+
+
+def configure_tracing(config: TelemetryConfig, *, service_name: str = "durable-agent") -> bool:
+    """Install the global ``TracerProvider`` when the ``OTEL_*`` variables ask for traces;
+    whether tracing is on. Idempotent. ``service_name`` is the default of ``OTEL_SERVICE_NAME``.
+
+    A provider the host installed itself is kept (and tracing is on). What spans hold is
+    ``config``'s business (``capture_content``), which the activities read. Raises
+    ``ConfigError`` when the variables ask for what cannot be done here.
+    """
+    global _installed
+    from opentelemetry import trace
+
+    if _installed is not None:
+        return True
+    if not tracing_wanted():
+        return False
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return True  # the host's own provider: the interceptors and activities use it
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create()  # OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: service_name}))
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(span_exporter()))
+    trace.set_tracer_provider(provider)
+    _installed = provider
+    return True
+
+
+def shutdown_tracing() -> None:
+    """Export the spans still batched and stop the provider ``configure_tracing`` installed."""
+    global _installed
+    provider, _installed = _installed, None
+    if provider is not None:
+        provider.shutdown()
+
+
+def tracing_interceptors(tracer_provider: TracerProvider | None = None) -> list[Interceptor]:
+    """Temporal's tracing interceptor, for ``Client.connect(interceptors=...)``: it traces the
+    client's calls and, through the client, every worker's workflows and activities.
+    ``tracer_provider``: the global one by default (none installed: spans cost nothing)."""
+    from opentelemetry import trace
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    return [TracingInterceptor(trace.get_tracer("durable_agent", tracer_provider=tracer_provider))]
+
+
+# --- metrics --------------------------------------------------------------------------------
+
+
+def prometheus_address(bind: str) -> str:
+    """``host:port`` as the runtime takes it: an IP address (an empty host is every interface)."""
+    host, _, port = bind.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            host = socket.gethostbyname(host)
+        except OSError as exc:
+            raise ConfigError(f"[metrics] bind = {bind!r}: cannot resolve {host!r}: {exc}") from None
+    return f"{host}:{port}"
+
+
+def metrics_runtime(bind: str) -> Runtime:
+    """A Temporal ``Runtime`` whose Prometheus endpoint (``http://BIND/metrics``) serves the
+    SDK's metrics and the agent's. Pass it to ``Client.connect(runtime=...)``: workers built
+    from that client record there. ``ConfigError`` when ``bind`` cannot be listened on."""
+    buckets = {m.MODEL_CALL_DURATION.name: m.MODEL_CALL_BUCKETS, m.EXPORT_DURATION.name: m.EXPORT_BUCKETS}
+    prometheus = PrometheusConfig(
+        bind_address=prometheus_address(bind),
+        durations_as_seconds=True,
+        histogram_bucket_overrides={name: list(b) for name, b in buckets.items()},
+    )
+    try:
+        return Runtime(telemetry=RuntimeTelemetry(metrics=prometheus))
+    except ValueError as exc:  # the address is taken, or not one
+        raise ConfigError(f"[metrics] bind = {bind!r}: the Prometheus endpoint cannot start: {exc}") from None
+
+
+class AgentMetrics:
+    """Records the agent's metrics (``durable_agent.core.metrics``) on one ``MetricMeter``;
+    on the no-op meter of a runtime without metrics, records nothing at no cost."""
+
+    def __init__(self, meter: MetricMeter) -> None:
+        self.meter = meter
+        self.enabled = meter is not MetricMeter.noop
+        self._made: dict[str, Any] = {}
+
+    def _counter(self, metric: m.Metric) -> MetricCounter:
+        made = self._made.get(metric.name)
+        if made is None:
+            made = self._made[metric.name] = self.meter.create_counter(
+                metric.name, metric.description, metric.unit
+            )
+        counter: MetricCounter = made
+        return counter
+
+    def _histogram(self, metric: m.Metric) -> MetricHistogramFloat:
+        made = self._made.get(metric.name)
+        if made is None:
+            made = self.meter.create_histogram_float(metric.name, metric.description, metric.unit)
+            self._made[metric.name] = made
+        histogram: MetricHistogramFloat = made
+        return histogram
+
+    def model_call(
+        self, provider: str, model: str, purpose: str, outcome: str, seconds: float, tokens: tuple[int, int]
+    ) -> None:
+        """One model call: its outcome, duration and (input, output) tokens."""
+        if not self.enabled:
+            return
+        self._counter(m.MODEL_CALLS).add(
+            1, {"provider": provider, "model": model, "purpose": purpose, "outcome": outcome}
+        )
+        self._histogram(m.MODEL_CALL_DURATION).record(
+            seconds, {"provider": provider, "model": model, "outcome": outcome}
+        )
+        for kind, count in zip(("input", "output"), tokens, strict=True):
+            if count:
+                self._counter(m.MODEL_TOKENS).add(count, {"provider": provider, "model": model, "type": kind})
+
+    def tool_call(self, tool: str, outcome: str) -> None:
+        if self.enabled:
+            self._counter(m.TOOL_CALLS).add(1, {"tool": tool, "outcome": outcome})
+
+    def export_delivered(self, sink: str, seconds: float) -> None:
+        if self.enabled:
+            self._histogram(m.EXPORT_DURATION).record(seconds, {"sink": sink})
+
+    def export_failed(self, sink: str, reason: str) -> None:
+        if self.enabled:
+            self._counter(m.EXPORT_FAILURES).add(1, {"sink": sink, "reason": reason})
+
+    def compaction(self, model: str, outcome: str) -> None:
+        if self.enabled:
+            self._counter(m.COMPACTIONS).add(1, {"model": model, "outcome": outcome})
+
+    def approvals_waiting(self, task_queue: str, count: int) -> None:
+        if self.enabled:
+            made = self._made.get(m.APPROVALS_WAITING.name)
+            if made is None:
+                w = m.APPROVALS_WAITING
+                made = self._made[w.name] = self.meter.create_gauge(w.name, w.description, w.unit)
+            gauge: MetricGauge = made
+            gauge.set(count, {"task_queue": task_queue})
+
+
+def client_meter(client: Client) -> MetricMeter:
+    """The metric meter of the runtime ``client`` runs on (the no-op one without metrics)."""
+    runtime = client.service_client.config.runtime or Runtime.default()
+    return runtime.metric_meter
+
+
+async def report_approvals_waiting(
+    client: Client, meter: MetricMeter | None = None, *, task_queue: str, interval: float = 15.0
+) -> None:
+    """Every ``interval`` seconds, set the approvals-waiting gauge to the number of running runs
+    on ``task_queue`` that wait for approval, counted by Temporal's visibility (it lags by a
+    second or so). Runs until cancelled; a failed count is logged and tried again."""
+    metrics = AgentMetrics(meter if meter is not None else client_meter(client))
+    if not metrics.enabled:
+        return
+    query = f'{APPROVALS_WAITING_QUERY} AND TaskQueue = "{task_queue}"'
+    failing = False
+    while True:
+        try:
+            counted = await client.count_workflows(query)
+        except Exception as exc:  # the server away for a moment: the gauge keeps its last value
+            if not failing:
+                log.warning("cannot count the runs waiting for approval: %s", exc)
+            failing = True
+        else:
+            failing = False
+            metrics.approvals_waiting(task_queue, counted.count)
+        await asyncio.sleep(interval)
+
+
+@contextlib.asynccontextmanager
+async def approvals_waiting_reporter(
+    client: Client, meter: MetricMeter | None = None, *, task_queue: str, interval: float = 15.0
+) -> AsyncIterator[None]:
+    """``report_approvals_waiting`` in the background while the block runs (a worker's life)."""
+    task = asyncio.create_task(
+        report_approvals_waiting(client, meter, task_queue=task_queue, interval=interval),
+        name="approvals-waiting-reporter",
+    )
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,94 @@
+"""``DurableAgentPlugin``: one line adds the agent to a client and a plain ``Worker`` of the user's."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio import activity, workflow
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer, Worker
+
+from durable_agent.client import start_run
+from durable_agent.core.run_api import AgentRunInput
+from durable_agent.plugin import HEARTBEAT_THROTTLE, STICKY_TIMEOUT, DurableAgentPlugin
+from tests.helpers import final, read_call, scripted_config, workspace_with
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+@activity.defn(name="user.greet")
+async def greet(name: str) -> str:
+    return f"hello {name}"
+
+
+@workflow.defn(name="UserGreeting")
+class UserGreeting:
+    """The user's own workflow, on the same worker as the agent's."""
+
+    @workflow.run
+    async def run(self, name: str) -> str:
+        return await workflow.execute_activity(greet, name, start_to_close_timeout=timedelta(seconds=10))
+
+
+async def plugin_client(client: Client, plugin: DurableAgentPlugin) -> Client:
+    return await Client.connect(
+        client.service_client.config.target_host, namespace=client.namespace, plugins=[plugin]
+    )
+
+
+async def test_the_plugin_wires_a_plain_worker_that_completes_a_run(client: Client, tmp_path: Path) -> None:
+    ws = workspace_with(tmp_path, {"evidence.txt": "the plugin works\n"})
+    config = scripted_config(tmp_path, [read_call("r1", "evidence.txt"), final("read it")])
+    plugin = DurableAgentPlugin(config)
+    own = await plugin_client(client, plugin)
+    queue = f"plugin-{uuid.uuid4().hex[:8]}"
+    # the user's worker, as they write it: their workflow and activity, nothing of ours
+    worker = Worker(own, task_queue=queue, workflows=[UserGreeting], activities=[greet])
+    assert worker.config(active_config=True)["max_heartbeat_throttle_interval"] == HEARTBEAT_THROTTLE
+    assert worker.config(active_config=True)["sticky_queue_schedule_to_start_timeout"] == STICKY_TIMEOUT
+    async with worker:
+        handle = await start_run(
+            own, AgentRunInput(prompt="read the evidence", workspace=str(ws)), queue=queue
+        )
+        result = await handle.result()
+        greeting = await own.execute_workflow(
+            UserGreeting.run, "you", id=f"greet-{uuid.uuid4().hex[:8]}", task_queue=queue
+        )
+    assert (result.status, result.text, result.tool_calls_count) == ("completed", "read it", 1)
+    assert [e.turn for e in result.exports] == [1]
+    assert greeting == "hello you"
+    # the exports went to the config's sink, through the activities the plugin registered
+    assert list((tmp_path / "exports").rglob("turn-000001-*.json"))
+
+
+async def test_the_plugin_encrypts_with_the_config_codec(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_TEST_PLUGIN_KEY", base64.b64encode(b"k" * 32).decode())
+    ws = workspace_with(tmp_path, {"evidence.txt": "plugin-plaintext-marker\n"})
+    config = scripted_config(
+        tmp_path,
+        [read_call("r1", "evidence.txt"), final()],
+        codec={"keys": {"k1": "AGENT_TEST_PLUGIN_KEY"}, "encrypt_with": "k1"},
+    )
+    own = await plugin_client(client, DurableAgentPlugin(config))
+    queue = f"plugin-{uuid.uuid4().hex[:8]}"
+    async with Worker(own, task_queue=queue):
+        handle = await start_run(own, AgentRunInput(prompt="read it", workspace=str(ws)), queue=queue)
+        assert (await handle.result()).status == "completed"
+    raw = await client.get_workflow_handle(handle.id).fetch_history()
+    assert b"plugin-plaintext-marker" not in raw.to_json().encode()
+    started = raw.events[0].workflow_execution_started_event_attributes
+    assert started.input.payloads[0].metadata["encoding"] == b"binary/encrypted"
+
+
+async def test_the_plugin_replays_recorded_histories() -> None:
+    """A ``Replayer`` given the plugin has the workflow and the converter it needs."""
+    history = WorkflowHistory.from_json("recorded", (HISTORIES / "agent_run_v5.json").read_text())
+    replayer = Replayer(workflows=[], plugins=[DurableAgentPlugin()])
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
+    assert result.replay_failure is None
