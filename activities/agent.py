@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable_agent.activities.compaction import Compactions
 from durable_agent.activities.legacy import LegacyInputs
+from durable_agent.activities.mcp.catalog import McpCatalog
 from durable_agent.activities.model_call import ModelCalls
 from durable_agent.activities.plan import RunPlanner
 from durable_agent.activities.providers.base import ModelProvider
@@ -95,9 +96,13 @@ class AgentActivities:
             provider_kinds={name: p.kind for name, p in config.providers.items()},
             tracer_provider=tracer_provider,
         )
+        # the [mcp.*] servers: their tools join ``self.tools`` once listed
+        self.mcp = McpCatalog(config.mcp, self.tools)
         # the parts, sharing the pieces above (the same dicts: a tool added later is seen)
-        self.planner = RunPlanner(config, self.providers, self.tools, self.sinks)
-        self.model_calls = ModelCalls(self.providers, self.states, self.store, self.redact, self.telemetry)
+        self.planner = RunPlanner(config, self.providers, self.tools, self.sinks, self.mcp)
+        self.model_calls = ModelCalls(
+            self.providers, self.states, self.store, self.redact, self.telemetry, self.mcp
+        )
         self.tool_calls = ToolCalls(self.tools, self.store, self.redact, self.telemetry)
         self.run_logs = RunLogs(self.store, self.states, self.sinks, self.telemetry)
         self.legacy = LegacyInputs(self.model_calls, self.run_logs)
@@ -123,10 +128,12 @@ class AgentActivities:
             connect = getattr(part, "connect", None)
             if connect is not None:
                 await connect()
+        # and list the MCP servers' tools (one that is down is logged and tried again later)
+        await self.mcp.refresh()
 
     async def aclose(self) -> None:
         """Release what the parts hold (the HTTP providers' connection pools, the database's)."""
-        for part in (*self.providers.values(), self.store, *self.sinks.values()):
+        for part in (*self.providers.values(), self.store, *self.sinks.values(), self.mcp):
             close = getattr(part, "aclose", None)
             if close is not None:
                 await close()

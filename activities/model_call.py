@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from durable_agent.activities.mcp.catalog import McpCatalog
 from durable_agent.activities.providers.base import ModelProvider, ProviderError
 from durable_agent.activities.redact import Redactor
 from durable_agent.activities.staging import stage
@@ -23,7 +24,7 @@ from durable_agent.core.activity_api import ModelCallInput, ModelStepInput
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.context import last_view, model_messages
 from durable_agent.core.json_limits import TOOL_ARGUMENTS_MAX_DEPTH, JsonLimitError, check_value
-from durable_agent.core.models import ContextView, LiveText, Message, ModelResponse
+from durable_agent.core.models import ContextView, LiveText, Message, ModelResponse, ToolsUnavailable
 from durable_agent.core.run_log import LogDelta, LogRef, StateMissing
 from durable_agent.telemetry_spans import ActivityTelemetry, ModelCallSpan
 
@@ -53,6 +54,22 @@ def provider_failure(exc: ProviderError, redact: Redactor) -> ApplicationError:
     )
 
 
+def without(call: ModelCallInput, gaps: list[ToolsUnavailable]) -> ModelCallInput:
+    """The request without the tools of MCP servers that are down, and the model told why."""
+    gone = {name for gap in gaps for name in gap.tools}
+    notes = "\n".join(
+        f"- The tools of MCP server {gap.server!r} ({', '.join(gap.tools)}) are unavailable for this "
+        f"step: {gap.reason}. Do not call them now; they may be back at a later step."
+        for gap in gaps
+    )
+    return call.model_copy(
+        update={
+            "tools": tuple(t for t in call.tools if t.name not in gone),
+            "system_prompt": f"{call.system_prompt}\n\n{notes}",
+        }
+    )
+
+
 class ModelCalls:
     """Asks the configured providers for a run's next step."""
 
@@ -63,19 +80,25 @@ class ModelCalls:
         store: SessionStore,
         redact: Redactor,
         telemetry: ActivityTelemetry | None = None,
+        mcp: McpCatalog | None = None,
     ) -> None:
         self.providers = providers
         self.states = states
         self.store = store
         self.redact = redact
         self.telemetry = telemetry or ActivityTelemetry()
+        self.mcp = mcp
 
     async def model_call(self, inp: ModelStepInput) -> ModelResponse:
         """Ask the model for its next step, on the conversation in the run's log."""
         provider, model = self._provider(inp.model)
         call = await self._conversation(inp)
         session = (await self.states.header(inp.run_id)).session_id  # cached by the conversation's read
-        return await self._answer(provider, model, call, session)
+        gaps = await self.mcp.unavailable(t.name for t in call.tools) if self.mcp else []
+        if not gaps:
+            return await self._answer(provider, model, call, session)
+        response = await self._answer(provider, model, without(call, gaps), session)
+        return response.model_copy(update={"unavailable": tuple(gaps)})
 
     async def answer(self, call: ModelCallInput) -> ModelResponse:
         """Ask the model for its next step, on the conversation given whole."""

@@ -9,6 +9,7 @@ from typing import Any
 from temporalio import activity
 
 from durable_agent.activities.compaction import context_policy
+from durable_agent.activities.mcp.catalog import McpCatalog
 from durable_agent.activities.providers.base import ModelProvider
 from durable_agent.activities.sinks import ExportSink
 from durable_agent.activities.support import usage_error
@@ -29,11 +30,13 @@ class RunPlanner:
         providers: Mapping[str, ModelProvider],
         tools: Mapping[str, Tool],
         sinks: Mapping[str, ExportSink],
+        mcp: McpCatalog | None = None,
     ) -> None:
         self.config = config
         self.providers = providers
         self.tools = tools
         self.sinks = sinks
+        self.mcp = mcp
 
     @activity.defn(name=RESOLVE_RUN.name)
     async def resolve_run(self, inp: ResolveInput) -> RunPlan:
@@ -58,6 +61,9 @@ class RunPlanner:
             raise usage_error(f"export sink {sink!r} is not configured (configured: {known})")
         permissions = run.permissions or inp.resume_permissions or config.permissions
         budgets = self._budgets(run, model)
+        if self.mcp:
+            # the MCP servers not listed yet, or down when last tried: their tools, if they answer
+            await self.mcp.list_pending()
         offers = tuple(t.offer() for t in offered_tools((t.spec for t in self.tools.values()), permissions))
         return RunPlan(
             session_id=inp.session_id,

@@ -286,6 +286,46 @@ class CodecConfig(_Strict):
         return bool(self.keys)
 
 
+# A server's name is part of its tools' names (``mcp__NAME__TOOL``): no double underscore.
+_MCP_NAME = r"^[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*$"
+
+
+class McpServerConfig(_Strict):
+    """``[mcp.NAME]``: a Model Context Protocol server whose tools the model is offered as
+    ``mcp__NAME__TOOL``. Either ``command`` (a process the worker starts, spoken to over its
+    stdin/stdout) or ``url`` (streamable HTTP).
+
+    Secrets never appear here: ``env`` maps a variable the server gets to the worker's variable
+    that holds its value, and ``headers`` a header to the variable that holds its value.
+    """
+
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, Annotated[str, Field(pattern=_ENV_NAME)]] = Field(default_factory=dict)
+    cwd: Path | None = None
+    url: str | None = Field(None, pattern=r"^https?://")
+    headers: dict[str, Annotated[str, Field(pattern=_ENV_NAME)]] = Field(default_factory=dict)
+    # Whether a call cut short by the server's crash may run again ("safe": its tools can be
+    # repeated), or comes back to the model as failed ("never": it may have done something).
+    retry: Literal["safe", "never"] = "never"
+    # How long one call may take, and how long starting (or reaching) the server may.
+    timeout_seconds: float = Field(120, gt=0)
+    connect_timeout_seconds: float = Field(15, gt=0)
+    # Per tool, the argument permission rules match: ``mcp__db__query(select *)`` with
+    # ``permission_args = { query = "sql" }`` judges a call by its ``sql`` argument.
+    permission_args: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (a stdio server) or url (streamable HTTP), not both")
+        if self.url is not None and (self.args or self.env or self.cwd is not None):
+            raise ValueError("args, env and cwd are for a stdio server (command); this one has a url")
+        if self.command is not None and self.headers:
+            raise ValueError("headers are for a streamable HTTP server (url); this one has a command")
+        return self
+
+
 class AgentConfig(_Strict):
     default_model: str = "scripted/demo"
     default_sink: str | None = "local"
@@ -310,6 +350,9 @@ class AgentConfig(_Strict):
     metrics: MetricsConfig = MetricsConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     codec: CodecConfig = CodecConfig()
+    mcp: dict[Annotated[str, Field(pattern=_MCP_NAME, max_length=32)], McpServerConfig] = Field(
+        default_factory=dict
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -364,8 +407,13 @@ class AgentConfig(_Strict):
                 "writable": tuple(fix(p) for p in self.sandbox.writable),
             }
         )
+        mcp = {
+            name: m.model_copy(update={"cwd": fix(m.cwd)}) if m.cwd is not None else m
+            for name, m in self.mcp.items()
+        }
         return self.model_copy(
             update={
+                "mcp": mcp,
                 "providers": providers,
                 "sinks": sinks,
                 "store": store,

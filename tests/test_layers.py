@@ -151,6 +151,9 @@ DECLARED_THIRD_PARTY = frozenset(
         "opentelemetry",
         "cryptography",
         "google",  # google.protobuf (the codec server's JSON form of Temporal's payloads)
+        "mcp",
+        "anyio",
+        "httpx2",  # the mcp SDK's HTTP client: its streamable HTTP transport takes one
     }
 )
 # The top-level names ``durable_agent`` must never claim or import: a user's project has its own.

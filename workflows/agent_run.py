@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         ModelResponse,
         PermissionDeniedEvent,
         ToolStartEvent,
+        ToolsUnavailableEvent,
         ToolUseBlock,
         TurnEndEvent,
     )
@@ -307,6 +308,10 @@ class AgentRun:
             if not await self._next_request(state):
                 return
             response = await self._model_step(state)
+            for gap in response.unavailable:  # an MCP server was down: the model was told so
+                state.emit(
+                    ToolsUnavailableEvent(server=gap.server, tools=gap.tools, reason=gap.reason), now_ms()
+                )
             calls = state.add_model_response(response, now_ms())
             if not calls:
                 if state.queued_count() or self._follow_ups:

@@ -43,7 +43,7 @@ def read_denier(policy: PermissionPolicy, root: Path) -> Callable[[str], bool]:
     Only explicit rules: a ``default = "deny"`` leaves ``grep`` its files, as
     it did before (``grep`` has its own rules).
     """
-    rules = [rule for rule in (parse_rule(r) for r in policy.deny) if rule.tool == "read"]
+    rules = [rule for rule in (parse_rule(r) for r in policy.deny) if rule.names("read")]
     if not rules:
         return lambda _given: False
 

@@ -25,6 +25,7 @@ from durable_agent.cli.approvals import add_commands as add_approval_commands
 from durable_agent.cli.codec_server import add_commands as add_codec_commands
 from durable_agent.cli.common import build_run_input, err, failure_text, follow_and_report
 from durable_agent.cli.exports import PG_PREFIX, cmd_exports, read_export_ref
+from durable_agent.cli.mcp import add_commands as add_mcp_commands
 from durable_agent.cli.render import EventPrinter, print_result, print_status
 from durable_agent.client import (
     connect,
@@ -494,6 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     exports.add_argument("--sink", help="the sink (default: the config's default_sink)")
     exports.set_defaults(func=cmd_exports)
     add_codec_commands(sub)
+    add_mcp_commands(sub)
     return parser
 
 

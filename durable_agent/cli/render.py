@@ -22,6 +22,7 @@ from durable_agent.core.models import (
     TokenUsage,
     ToolEndEvent,
     ToolStartEvent,
+    ToolsUnavailableEvent,
     UserMessageEvent,
 )
 from durable_agent.core.run_api import AgentRunResult, Budget, RunStatusView
@@ -161,6 +162,9 @@ class EventPrinter:
         elif isinstance(event, BudgetExhaustedEvent):
             used = Budget(budget=event.budget, used=event.used, limit=event.limit)
             self._line(f"$ budget exhausted: {budget_line(used)}; the run stops here")
+        elif isinstance(event, ToolsUnavailableEvent):
+            left_out = f"{len(event.tools)} tools left out"
+            self._line(f"! MCP server {event.server} unavailable this step ({event.reason}): {left_out}")
         elif isinstance(event, EndEvent):
             self._line(f"■ run ended: {event.status}")
 

@@ -68,6 +68,14 @@ class TokenUsage(Frozen):
         )
 
 
+class ToolsUnavailable(Frozen):
+    """Tools of the run that the model was not offered at one step: their MCP server was down."""
+
+    server: str
+    tools: tuple[str, ...]
+    reason: str
+
+
 class ModelResponse(Frozen):
     """One model step: the assistant message, its usage and why it stopped."""
 
@@ -76,6 +84,8 @@ class ModelResponse(Frozen):
     stop_reason: str | None = None
     # the model activity kept ``message`` in the session store too, under its digest
     staged: bool = False
+    # the run's tools left out of this step's request (their MCP server was down)
+    unavailable: tuple[ToolsUnavailable, ...] = ()
 
 
 class ToolDefinition(Frozen):
@@ -268,6 +278,16 @@ class BudgetExhaustedEvent(Frozen):
     limit: float
 
 
+class ToolsUnavailableEvent(Frozen):
+    """A model step was asked without some of the run's tools: their MCP server was down
+    (the model was told so). The run goes on; the next step offers them again if it is up."""
+
+    type: Literal["tools_unavailable"] = "tools_unavailable"
+    server: str
+    tools: tuple[str, ...]
+    reason: str
+
+
 class ErrorEvent(Frozen):
     type: Literal["error"] = "error"
     message: str
@@ -297,7 +317,8 @@ AgentEvent = Annotated[
     | ContextCompactedEvent
     | ModelUsageEvent
     | UserMessageEvent
-    | BudgetExhaustedEvent,
+    | BudgetExhaustedEvent
+    | ToolsUnavailableEvent,
     Field(discriminator="type"),
 ]
 

@@ -4,7 +4,9 @@ Precedence: deny wins over allow, allow over ask, ask over the default. The
 pattern is matched against what a call touches (a path, a pattern, a command):
 ``*`` does not cross ``/``, ``**`` does, ``?`` is one character, and a trailing
 ``:*`` matches a command prefix (``bash(git:*)``). Tool names match
-case-insensitively. A rule without a pattern covers every call of the tool.
+case-insensitively, and ``*`` in a tool name matches any run of characters
+(``mcp__github__*`` is every tool of the MCP server ``github``). A rule without
+a pattern covers every call of the tools it names.
 
 A ``bash`` line is parsed (``durable_agent.core.shell_judge``) into its simple
 commands, wherever they are: in lists and pipelines, subshells, ``$(…)``,
@@ -64,7 +66,7 @@ from durable_agent.core.shell_judge import judge
 
 Decision = Literal["allow", "deny", "ask"]
 
-_RULE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_\-]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
+_RULE = re.compile(r"^\s*([A-Za-z_*][A-Za-z0-9_\-*]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
 
 
 class InvalidRule(ValueError):
@@ -73,11 +75,18 @@ class InvalidRule(ValueError):
 
 @dataclass(frozen=True)
 class Rule:
-    tool: str  # lower-cased
+    tool: str  # lower-cased; ``*`` matches any run of characters
     pattern: str | None
 
+    def names(self, tool: str) -> bool:
+        """Whether the rule is about ``tool`` (its name, or a name its ``*`` covers)."""
+        name = tool.lower()
+        if "*" not in self.tool:
+            return name == self.tool
+        return _tool_glob(self.tool).fullmatch(name) is not None
+
     def matches(self, tool: str, target: str | None) -> bool:
-        if tool.lower() != self.tool:
+        if not self.names(tool):
             return False
         if self.pattern is None:
             return True
@@ -98,6 +107,11 @@ def parse_rule(text: str) -> Rule:
             raise InvalidRule(f"invalid permission rule {text!r}: empty pattern")
         _compile(pattern)
     return Rule(tool, pattern)
+
+
+@lru_cache(maxsize=256)
+def _tool_glob(name: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in name.split("*")))
 
 
 def _compile(pattern: str) -> re2._Regexp[str]:
@@ -122,7 +136,7 @@ class _Matcher:
 
 @lru_cache(maxsize=256)
 def _matcher(rules: tuple[str, ...], tool: str) -> _Matcher:
-    parsed = [rule for rule in map(parse_rule, rules) if rule.tool == tool]
+    parsed = [rule for rule in map(parse_rule, rules) if rule.names(tool)]
     return _Matcher(
         every=any(rule.pattern is None for rule in parsed),
         patterns=tuple(_compile(rule.pattern) for rule in parsed if rule.pattern is not None),
@@ -177,8 +191,8 @@ class PermissionPolicy(Frozen):
 
     def denies_outright(self, tool: str) -> bool:
         """True when no call of ``tool`` could ever run, so it is not offered at all."""
-        if any(parse_rule(r).pattern is None and parse_rule(r).tool == tool.lower() for r in self.deny):
+        if any(parse_rule(r).pattern is None and parse_rule(r).names(tool) for r in self.deny):
             return True
         if self.default != "deny":
             return False
-        return not any(parse_rule(r).tool == tool.lower() for r in (*self.allow, *self.ask))
+        return not any(parse_rule(r).names(tool) for r in (*self.allow, *self.ask))

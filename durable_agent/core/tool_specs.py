@@ -25,11 +25,12 @@ worker crash. What a repeat of each built-in tool does:
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from durable_agent.core.canonical import digest_of
 from durable_agent.core.errors import validation_message
@@ -58,8 +59,23 @@ from durable_agent.core.tool_args import (
     WriteArgs,
 )
 
-# Bumped whenever the set of tools offered changes at run time (not yet done).
+# The generation of the built-in catalog as shipped (``catalog_generation``).
 BUILTIN_CATALOG_GENERATION = 0
+# Tools of MCP servers are offered as ``mcp__SERVER__TOOL``.
+MCP_PREFIX = "mcp__"
+_OFFERED_NAME = re.compile(r"[^A-Za-z0-9_-]")
+# Providers take tool names of at most 64 characters of ``[A-Za-z0-9_-]``.
+TOOL_NAME_MAX = 64
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    """The name the model is offered an MCP server's tool by: ``mcp__SERVER__TOOL``, with
+    characters providers refuse made ``_`` and a long name cut, a digest of the whole kept."""
+    name = f"{MCP_PREFIX}{server}__{_OFFERED_NAME.sub('_', tool)}"
+    if len(name) <= TOOL_NAME_MAX and _OFFERED_NAME.sub("_", tool) == tool:
+        return name
+    tail = digest_of([server, tool]).partition(":")[2][:8]
+    return f"{name[: TOOL_NAME_MAX - 9]}_{tail}"
 
 
 @dataclass(frozen=True)
@@ -76,13 +92,20 @@ class ToolSpec:
     # Whether running a call twice is harmless. A tool that is not (bash) is not retried after an
     # unexpected error of ours; a worker crash still runs the call again (Temporal: at least once).
     repeatable: bool = True
+    # The arguments' JSON schema as another program gave it (an MCP server's tool), for a tool
+    # whose ``args`` is ``JsonArgs``: offered as it is, and checked only for its shape here
+    # (the program checks the rest).
+    schema: dict[str, Any] | None = None
 
     def offer(self) -> ToolOffer:
         """The tool as the workflow offers it to the model."""
-        schema = self.args.model_json_schema()
-        # The model's docstring is for developers; the model reads ``description``.
-        schema.pop("title", None)
-        schema.pop("description", None)
+        if self.schema is not None:
+            schema = dict(self.schema)
+        else:
+            schema = self.args.model_json_schema()
+            # The model's docstring is for developers; the model reads ``description``.
+            schema.pop("title", None)
+            schema.pop("description", None)
         definition = ToolDefinition(name=self.name, description=self.description, input_schema=schema)
         return ToolOffer(
             definition=definition, target_arg=self.target_arg, target_is_path=self.target_is_path
@@ -220,9 +243,23 @@ def find_offer(offers: Iterable[ToolOffer], name: str) -> ToolOffer:
     return by_name[name]
 
 
+class JsonArgs(ToolArgs):
+    """The arguments of a tool known by a JSON schema (``ToolSpec.schema``): kept as given."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    def given(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 def validate_args(spec: ToolSpec, arguments: dict[str, Any]) -> ToolArgs:
     """Validate a call's arguments against the tool's model, or raise ``ToolCallError``."""
     name = spec.name
+    if spec.schema is not None:
+        missing = [k for k in spec.schema.get("required", ()) if k not in arguments]
+        if missing:
+            raise ToolCallError(f"invalid arguments for {name!r}: missing {', '.join(map(str, missing))}")
+        return JsonArgs.model_validate(arguments)
     try:
         return spec.args.model_validate(arguments)
     except ValidationError as exc:
@@ -234,6 +271,18 @@ def offered_tools(specs: Iterable[ToolSpec], policy: PermissionPolicy) -> list[T
     return sorted((s for s in specs if not policy.denies_outright(s.name)), key=lambda s: s.name)
 
 
+def catalog_generation(definitions: Iterable[ToolDefinition]) -> int:
+    """The generation of the catalog ``definitions`` make: ``BUILTIN_CATALOG_GENERATION`` for the
+    tools a worker ships with; with tools of MCP servers, a number taken from those tools'
+    definitions, so it changes when a server's tool list does, and is the same on every worker
+    that sees the same servers."""
+    found = sorted((d for d in definitions if d.name.startswith(MCP_PREFIX)), key=lambda d: d.name)
+    if not found:
+        return BUILTIN_CATALOG_GENERATION
+    digest = digest_of([d.model_dump(mode="json") for d in found]).partition(":")[2]
+    return int(digest[:8], 16) or 1
+
+
 def capability_binding(definitions: Iterable[ToolDefinition], policy: PermissionPolicy) -> CapabilityBinding:
     """Pin the offered tools and the rules in force, per the checkpoint contract."""
     ordered = sorted(definitions, key=lambda d: d.name)
@@ -242,7 +291,7 @@ def capability_binding(definitions: Iterable[ToolDefinition], policy: Permission
         "permissions": policy.model_dump(mode="json"),
     }
     return CapabilityBinding(
-        catalog_generation=BUILTIN_CATALOG_GENERATION,
+        catalog_generation=catalog_generation(ordered),
         catalog_digest=digest_of(catalog),
         tools=tuple(d.name for d in ordered),
         permissions=policy,
@@ -251,10 +300,12 @@ def capability_binding(definitions: Iterable[ToolDefinition], policy: Permission
 
 __all__ = [
     "BUILTIN_TOOLS",
+    "MCP_PREFIX",
     "BashArgs",
     "EditArgs",
     "GlobArgs",
     "GrepArgs",
+    "JsonArgs",
     "LsArgs",
     "ReadArgs",
     "ToolArgs",
@@ -263,7 +314,9 @@ __all__ = [
     "ToolSpec",
     "WriteArgs",
     "capability_binding",
+    "catalog_generation",
     "find_offer",
+    "mcp_tool_name",
     "offered_tools",
     "permission_target",
     "validate_args",

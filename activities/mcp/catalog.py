@@ -1,0 +1,171 @@
+"""The worker's MCP servers and the tools they offer the model, as ``mcp__SERVER__TOOL``.
+
+The worker lists each ``[mcp.NAME]`` server's tools when it starts (``McpCatalog.refresh``);
+a server that was down is listed again when a run starts or a model step would offer its
+tools, at most every ``RELIST_SECONDS``. Its tools join the worker's tool table, where the
+run planner offers them (permission rules apply, and a tool denied outright is not offered)
+and ``agent.tool_call`` runs them like the built-in ones. Their definitions are part of the
+run's capability binding, so a resume on a worker whose servers offer other tools is refused
+(or forced).
+
+A server that is down while a run goes on: its tools are left out of that step's request,
+the model is told why, the run records a ``tools_unavailable`` event, and the worker logs it.
+A call cut short by the server's crash runs again (a Temporal retry, on a fresh connection)
+only where ``retry = "safe"``; with ``"never"`` it comes back to the model as failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from durable_agent.activities.mcp.connection import (
+    McpCrashed,
+    McpServer,
+    McpToolInfo,
+    McpUnavailable,
+)
+from durable_agent.activities.tools.base import Tool, ToolFailure
+from durable_agent.config import McpServerConfig
+from durable_agent.core.models import ToolsUnavailable
+from durable_agent.core.tool_specs import JsonArgs, ToolSpec, mcp_tool_name
+
+log = logging.getLogger("durable_agent.mcp")
+
+# A server found down is tried again at most this often (a run's start, a model step).
+RELIST_SECONDS = 10.0
+
+
+class McpCallLost(Exception):
+    """The server stopped during a call whose tools may be repeated: Temporal runs it again."""
+
+
+def mcp_tool(server: McpServer, config: McpServerConfig, info: McpToolInfo) -> Tool:
+    """One MCP tool as a worker tool: offered by its JSON schema, judged by the argument
+    ``permission_args`` names for it, repeatable when the server's ``retry`` is ``"safe"``."""
+    schema = dict(info.input_schema) or {"type": "object"}
+    schema.setdefault("type", "object")
+    spec = ToolSpec(
+        mcp_tool_name(server.name, info.name),
+        f"(MCP server {server.name}) {info.description}".strip(),
+        JsonArgs,
+        config.permission_args.get(info.name),
+        target_is_path=False,
+        repeatable=config.retry == "safe",
+        schema=schema,
+    )
+
+    async def run(args: JsonArgs, workspace: Path) -> str:
+        try:
+            result = await server.call_tool(info.name, args.given())
+        except McpUnavailable as exc:
+            raise ToolFailure(f"MCP server {server.name!r} is unavailable: {exc}") from None
+        except McpCrashed as exc:
+            if config.retry == "safe":
+                raise McpCallLost(f"MCP server {server.name!r} stopped during the call: {exc}") from None
+            raise ToolFailure(
+                f"MCP server {server.name!r} stopped during the call ({exc}); the call may or may not "
+                'have taken effect, and is not run again (the server\'s retry = "never")'
+            ) from None
+        if result.is_error:
+            raise ToolFailure(result.text or f"{info.name} failed (the MCP server gave no reason)")
+        return result.text
+
+    return Tool(spec, run)
+
+
+class McpCatalog:
+    """The ``[mcp.*]`` servers of a worker, and their tools in its tool table ``tools``."""
+
+    def __init__(
+        self,
+        configs: Mapping[str, McpServerConfig],
+        tools: dict[str, Tool],
+        environ: Mapping[str, str] = os.environ,
+    ) -> None:
+        self.configs = dict(configs)
+        self.servers = {name: McpServer(name, config, environ) for name, config in configs.items()}
+        self._tools = tools  # the worker's table: MCP tools are added and replaced in it
+        self._offered: dict[str, tuple[str, ...]] = {}  # per server, its tools' offered names
+        self._tried: set[str] = set()
+        self._failed: dict[str, float] = {}  # when a server last failed to answer a listing
+        self._locks = {name: asyncio.Lock() for name in configs}
+
+    def __bool__(self) -> bool:
+        return bool(self.servers)
+
+    @property
+    def listed(self) -> frozenset[str]:
+        """The servers that answered a listing at least once."""
+        return frozenset(self._offered)
+
+    def tool_names(self, server: str) -> tuple[str, ...]:
+        """The offered names of ``server``'s tools, as last listed."""
+        return self._offered.get(server, ())
+
+    async def refresh(self, names: Iterable[str] | None = None) -> None:
+        """List the servers' tools (all, or ``names``), each within its connect timeout, and
+        put them in the tool table; a server that cannot be reached is logged and keeps the
+        tools it was last listed with (none, if it never answered)."""
+        await asyncio.gather(*(self._list(name) for name in (names or self.servers)))
+
+    async def _list(self, name: str) -> None:
+        server, config = self.servers[name], self.configs[name]
+        async with self._locks[name]:
+            self._tried.add(name)
+            try:
+                infos = await server.list_tools()
+            except McpUnavailable as exc:
+                self._failed[name] = time.monotonic()
+                log.warning("MCP server %s is unavailable: %s", name, exc)
+                return
+            self._failed.pop(name, None)
+            tools = [mcp_tool(server, config, info) for info in infos]
+            for old in self._offered.get(name, ()):
+                self._tools.pop(old, None)
+            self._tools.update({t.spec.name: t for t in tools})
+            self._offered[name] = tuple(t.spec.name for t in tools)
+            log.info("MCP server %s offers %d tools", name, len(tools))
+
+    async def list_pending(self) -> None:
+        """List the servers never tried yet and those that are down: one that stopped is
+        started again at once, one that could not be reached is tried again at most every
+        ``RELIST_SECONDS``. A run's start and a model step offer what answers."""
+        now = time.monotonic()
+        due = [
+            name
+            for name, server in self.servers.items()
+            if name not in self._tried
+            or (not server.available and now - self._failed.get(name, -RELIST_SECONDS) >= RELIST_SECONDS)
+        ]
+        if due:
+            await self.refresh(due)
+
+    async def unavailable(self, offered: Iterable[str]) -> list[ToolsUnavailable]:
+        """For a model step offering ``offered``: the servers among them that are down (tried
+        again first, at most every ``RELIST_SECONDS``), with the tools to leave out."""
+        wanted = set(offered)
+        involved = [name for name in self.servers if wanted.intersection(self.tool_names(name))]
+        if not involved:
+            return []
+        await self.list_pending()
+        gaps = []
+        for name in involved:
+            server = self.servers[name]
+            if server.available:
+                continue
+            tools = tuple(sorted(wanted.intersection(self.tool_names(name))))
+            reason = server.problem or "not reachable"
+            log.warning(
+                "MCP server %s is down: %d tools left out of a model step (%s)", name, len(tools), reason
+            )
+            gaps.append(ToolsUnavailable(server=name, tools=tools, reason=reason))
+        return gaps
+
+    async def aclose(self) -> None:
+        """Stop the servers' processes and close their sessions."""
+        await asyncio.gather(*(server.aclose() for server in self.servers.values()), return_exceptions=True)
