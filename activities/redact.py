@@ -88,10 +88,16 @@ def _alternation(forms: set[str]) -> re.Pattern[str] | None:
 
 
 def _config_names(config: AgentConfig | None) -> Iterable[str]:
+    """The variables the config names as holding secrets: the providers' keys, and what MCP
+    servers get (their ``env`` values and ``headers``), which a server might echo back."""
     if config is None:
         return ()
-    return (
+    providers = (
         name
         for provider in config.providers.values()
         if (name := getattr(provider, "api_key_env", None)) is not None
     )
+    mcp = (
+        name for server in config.mcp.values() for name in (*server.env.values(), *server.headers.values())
+    )
+    return (*providers, *mcp)

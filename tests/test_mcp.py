@@ -23,7 +23,7 @@ from temporalio.client import Client, WorkflowFailureError
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers.base import ModelProvider, TextSink
 from durable_agent.activities.providers.registry import build_providers
-from durable_agent.client import resume_run
+from durable_agent.client import resume_run, run_result
 from durable_agent.config import AgentConfig
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.models import ModelResponse, ToolEndEvent, ToolsUnavailableEvent
@@ -194,6 +194,29 @@ async def test_a_server_killed_mid_call_is_retried_only_when_safe(
         assert "stopped during the call" in results["s1"] and 'retry = "never"' in results["s1"]
         assert int(pid_file.read_text()) == first  # never started again
     assert results["n1"].isdigit()  # the next call reached a fresh server: the run went on
+
+
+async def test_a_cancel_stops_an_mcp_call_in_flight(client: Client, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    responses = [tool_call("s1", "mcp__tools__slow", seconds=60, pid_file=str(pid_file)), final()]
+    config = mcp_config(tmp_path, responses, {"tools": stdio()})
+    acts = AgentActivities(config, sinks={"local": RecordingSink()})
+    try:
+        async with running_worker(client, acts) as queue:
+            handle = await start(client, queue, workspace_with(tmp_path, {}), "sleep a minute")
+            await started(pid_file)
+            began = time.monotonic()
+            await handle.signal("cancel", "enough")
+            result = await asyncio.wait_for(run_result(client, handle.id), 20)
+            took = time.monotonic() - began
+            # the session survives a cancelled call: the next one is answered at once
+            assert (
+                await acts.mcp.servers["tools"].call_tool("echo", {"text": "after"})
+            ).text == "echo: after"
+    finally:
+        await acts.aclose()
+    assert (result.status, result.error) == ("cancelled", "enough")
+    assert took < 15  # the 60 s call was stopped, not waited out
 
 
 async def test_a_server_that_stays_down_is_left_out_of_the_step_and_the_run_goes_on(
@@ -378,3 +401,35 @@ def toml(data: dict[str, Any]) -> str:
             lines.append(f"[{key}]")
             lines += [f"{k} = {value(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
+
+
+def test_a_server_cannot_flood_the_plan_or_the_conversation() -> None:
+    """Every run's plan holds the offered tools, and a result enters the conversation: bounds."""
+    from durable_agent.activities.mcp.catalog import (
+        DESCRIPTION_MAX_CHARS,
+        OUTPUT_MAX_BYTES,
+        TOOLS_MAX,
+        admitted,
+        bounded,
+    )
+    from durable_agent.activities.mcp.connection import McpToolInfo
+
+    deep: dict[str, Any] = {"type": "object"}
+    for _ in range(500):
+        deep = {"type": "object", "properties": {"x": deep}}
+    infos = [
+        McpToolInfo("huge", "", {"type": "object", "description": "x" * 100_000}),
+        McpToolInfo("deep", "", deep),
+        McpToolInfo("wordy", "w" * 50_000, {"type": "object"}),
+        *(McpToolInfo(f"t{i}", "", {"type": "object"}) for i in range(300)),
+    ]
+    kept = admitted("flood", infos)
+    names = [i.name for i in kept]
+    assert "huge" not in names and "deep" not in names
+    assert len(kept) <= TOOLS_MAX
+    [wordy] = [i for i in kept if i.name == "wordy"]
+    assert len(wordy.description) <= DESCRIPTION_MAX_CHARS + 1
+    text = bounded("é" * OUTPUT_MAX_BYTES)
+    assert len(text.encode()) < OUTPUT_MAX_BYTES + 100
+    assert text.endswith(f"[output cut at {OUTPUT_MAX_BYTES} of {2 * OUTPUT_MAX_BYTES} bytes]")
+    assert bounded("short") == "short"

@@ -10,6 +10,7 @@ from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.redact import MIN_SECRET_CHARS, Redactor
+from durable_agent.config import parse_config
 from durable_agent.core.models import ToolEndEvent
 from tests.helpers import RecordingSink, running_worker, scripted_config, start, tool_call
 
@@ -57,6 +58,23 @@ def test_the_environment_gives_named_keys_and_variables_named_like_credentials()
     assert {name for name, _ in redact.secrets} == {"GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY"}
     assert redact("/root/somewhere/long") == "/root/somewhere/long"
     assert MIN_SECRET_CHARS == 8
+
+
+def test_what_mcp_servers_get_from_the_worker_is_redacted_too() -> None:
+    """A server's ``env`` and ``headers`` values: a server may echo them back in a result."""
+    environ = {"TRACKER_AUTH": "Bearer abcdefghijkl", "DB_PASS": "hunter2hunter2", "OTHER": "y" * 20}
+    config = parse_config(
+        {
+            "mcp": {
+                "db": {"command": "db-mcp", "env": {"PGPASSWORD": "DB_PASS"}},
+                "tracker": {"url": "https://t.example/mcp", "headers": {"Authorization": "TRACKER_AUTH"}},
+            }
+        },
+        Path("."),
+    )
+    redact = Redactor.from_environment(config, environ)
+    assert {name for name, _ in redact.secrets} == {"TRACKER_AUTH", "DB_PASS"}
+    assert redact("token Bearer abcdefghijkl") == "token [redacted: $TRACKER_AUTH]"
 
 
 async def test_a_printed_credential_is_redacted_before_the_history(

@@ -21,6 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from durable_agent.activities.mcp.connection import (
@@ -31,6 +32,8 @@ from durable_agent.activities.mcp.connection import (
 )
 from durable_agent.activities.tools.base import Tool, ToolFailure
 from durable_agent.config import McpServerConfig
+from durable_agent.core.canonical import canonical_bytes
+from durable_agent.core.json_limits import JsonLimitError, check_value
 from durable_agent.core.models import ToolsUnavailable
 from durable_agent.core.tool_specs import JsonArgs, ToolSpec, mcp_tool_name
 
@@ -38,10 +41,49 @@ log = logging.getLogger("durable_agent.mcp")
 
 # A server found down is tried again at most this often (a run's start, a model step).
 RELIST_SECONDS = 10.0
+# What a server may put in front of the model and into every run's plan (Temporal's history):
+# a result longer than this is cut, with a note; a tool past these bounds is not offered.
+OUTPUT_MAX_BYTES = 100_000
+DESCRIPTION_MAX_CHARS = 4_000
+SCHEMA_MAX_BYTES = 32 * 1024
+SCHEMA_MAX_DEPTH = 32
+TOOLS_MAX = 128
 
 
 class McpCallLost(Exception):
     """The server stopped during a call whose tools may be repeated: Temporal runs it again."""
+
+
+def bounded(text: str) -> str:
+    """A result of at most ``OUTPUT_MAX_BYTES``, saying where it was cut."""
+    data = text.encode()
+    if len(data) <= OUTPUT_MAX_BYTES:
+        return text
+    head = data[:OUTPUT_MAX_BYTES].decode(errors="ignore")
+    return f"{head}\n[output cut at {OUTPUT_MAX_BYTES} of {len(data)} bytes]"
+
+
+def admitted(server: str, infos: list[McpToolInfo]) -> list[McpToolInfo]:
+    """The tools a server may offer: its first ``TOOLS_MAX``, each with a schema of at most
+    ``SCHEMA_MAX_BYTES`` (the rest are logged and left out) and a description cut to
+    ``DESCRIPTION_MAX_CHARS``; they ride in every run's plan."""
+    out = []
+    for info in infos[:TOOLS_MAX]:
+        try:
+            check_value(info.input_schema, max_depth=SCHEMA_MAX_DEPTH)
+            size = len(canonical_bytes(info.input_schema))
+        except (JsonLimitError, ValueError) as exc:
+            log.warning("MCP server %s: tool %s left out: its schema is unusable: %s", server, info.name, exc)
+            continue
+        if size > SCHEMA_MAX_BYTES:
+            log.warning("MCP server %s: tool %s left out: its schema is %d bytes", server, info.name, size)
+            continue
+        if len(info.description) > DESCRIPTION_MAX_CHARS:
+            info = replace(info, description=info.description[:DESCRIPTION_MAX_CHARS] + "…")
+        out.append(info)
+    if len(infos) > TOOLS_MAX:
+        log.warning("MCP server %s offers %d tools: the first %d are offered", server, len(infos), TOOLS_MAX)
+    return out
 
 
 def mcp_tool(server: McpServer, config: McpServerConfig, info: McpToolInfo) -> Tool:
@@ -72,8 +114,8 @@ def mcp_tool(server: McpServer, config: McpServerConfig, info: McpToolInfo) -> T
                 'have taken effect, and is not run again (the server\'s retry = "never")'
             ) from None
         if result.is_error:
-            raise ToolFailure(result.text or f"{info.name} failed (the MCP server gave no reason)")
-        return result.text
+            raise ToolFailure(bounded(result.text) or f"{info.name} failed (the MCP server gave no reason)")
+        return bounded(result.text)
 
     return Tool(spec, run)
 
@@ -124,7 +166,7 @@ class McpCatalog:
                 log.warning("MCP server %s is unavailable: %s", name, exc)
                 return
             self._failed.pop(name, None)
-            tools = [mcp_tool(server, config, info) for info in infos]
+            tools = [mcp_tool(server, config, info) for info in admitted(name, infos)]
             for old in self._offered.get(name, ()):
                 self._tools.pop(old, None)
             self._tools.update({t.spec.name: t for t in tools})
