@@ -189,6 +189,7 @@ class RecordedRun:
     exports: Path
     result: AgentRunResult
     summary: str | None
+    workflow_id: str = ""
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +217,7 @@ async def recorded_run(
         summary = await (await handle.describe()).static_summary()
     # fetched through a client without the codec: what the server holds
     history = await client.get_workflow_handle(handle.id).fetch_history()
-    return RecordedRun(history, tmp_path / "exports", result, summary)
+    return RecordedRun(history, tmp_path / "exports", result, summary, handle.id)
 
 
 def payloads_in(message: Message) -> Iterator[Payload]:
@@ -269,6 +270,34 @@ async def test_history_holds_no_plaintext_of_the_prompt_or_the_tool_output(recor
     started = run.history.events[0]
     assert started.user_metadata.summary.metadata["encoding"] == ENCODING
     assert started.user_metadata.details.metadata["encoding"] == ENCODING
+
+
+async def test_the_cli_reads_an_encrypted_run_with_the_keys_and_says_what_is_missing_without(
+    recorded_run: RecordedRun, client: Client, tmp_path: Path, codec_key: str
+) -> None:
+    def result(config: str | None, **env: str) -> subprocess.CompletedProcess[str]:
+        base = {k: v for k, v in os.environ.items() if k not in ("AGENT_CONFIG", KEY_VARIABLE)}
+        base["TEMPORAL_ADDRESS"] = client.service_client.config.target_host
+        base["TEMPORAL_NAMESPACE"] = client.namespace
+        if config is not None:
+            base["AGENT_CONFIG"] = config
+        command = [sys.executable, "-m", "durable_agent.cli", "result", recorded_run.workflow_id]
+        return subprocess.run(command, env={**base, **env}, capture_output=True, text=True, timeout=60)
+
+    keyed = tmp_path / "keyed.toml"
+    keyed.write_text(f'[codec]\nencrypt_with = "k1"\nkeys = {{ k1 = "{KEY_VARIABLE}" }}\n')
+    other = tmp_path / "other.toml"
+    other.write_text('[codec]\nencrypt_with = "k9"\nkeys = { k9 = "OTHER_KEY" }\n')
+    read = result(str(keyed), **{KEY_VARIABLE: codec_key})
+    assert read.returncode == 0, read.stderr
+    assert AgentRunResult.model_validate_json(read.stdout) == recorded_run.result
+    plain = result(None)
+    assert plain.returncode == 2 and "the run's payloads are encrypted" in plain.stderr, plain.stderr
+    assert "Traceback" not in plain.stderr
+    wrong = result(str(other), OTHER_KEY=new_key())
+    assert wrong.returncode == 2 and "key id 'k1'" in wrong.stderr, wrong.stderr
+    unset = result(str(keyed))
+    assert unset.returncode == 2 and KEY_VARIABLE in unset.stderr, unset.stderr
 
 
 def test_exports_stay_plain_canonical_json(recorded_run: RecordedRun) -> None:

@@ -39,6 +39,7 @@ from durable_agent.client import (
     steer_run,
 )
 from durable_agent.client import task_queue as default_task_queue
+from durable_agent.codec import ENCODING, CodecError
 from durable_agent.config import ConfigError
 from durable_agent.core.errors import validation_message
 from durable_agent.core.models import EndEvent, EventRecord
@@ -330,6 +331,18 @@ def _network(command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]) 
             return 1
         except ConfigError as exc:  # the config the client reads its codec keys from
             err(f"{args.command}: {exc}")
+            return 2
+        except CodecError as exc:  # encrypted with a key this config does not hold
+            err(f"{args.command}: {exc}: give this command the config and key variables the workers use")
+            return 2
+        except KeyError as exc:
+            if ENCODING.decode() not in str(exc):
+                raise
+            # the run's payloads are encrypted and this client has no [codec] keys at all
+            err(
+                f"{args.command}: the run's payloads are encrypted ([codec] on the workers): set "
+                "AGENT_CONFIG to a config with the same [codec] keys, and their variables"
+            )
             return 2
         except KeyboardInterrupt:
             return 130  # a run being followed goes on without us
