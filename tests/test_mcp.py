@@ -433,3 +433,18 @@ def test_a_server_cannot_flood_the_plan_or_the_conversation() -> None:
     assert len(text.encode()) < OUTPUT_MAX_BYTES + 100
     assert text.endswith(f"[output cut at {OUTPUT_MAX_BYTES} of {2 * OUTPUT_MAX_BYTES} bytes]")
     assert bounded("short") == "short"
+
+
+async def test_a_bare_command_is_found_in_the_workers_virtualenv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``command = "mcp-server-time"`` works from a worker whose virtualenv is not activated."""
+    from durable_agent.activities.mcp.connection import McpServer
+    from durable_agent.config import McpServerConfig
+
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != BIN]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    server = McpServer("time", McpServerConfig(command="mcp-server-time"))
+    try:
+        names = [t.name for t in await server.list_tools()]
+    finally:
+        await server.aclose()
+    assert "get_current_time" in names

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import shutil
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from importlib import metadata
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -44,6 +48,15 @@ CONNECT_MODE = "auto"
 
 class ConnectFailed(Exception):
     """The session never connected; the message says why."""
+
+
+def executable(command: str) -> str:
+    """``command`` as the worker starts it: a bare name not on PATH is looked for beside this
+    Python too (a server installed in the worker's virtualenv, which need not be activated)."""
+    if os.sep in command or shutil.which(command) is not None:
+        return command
+    beside = Path(sys.executable).parent / command
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else command
 
 
 class McpSession:
@@ -171,7 +184,7 @@ class McpSession:
         if config.command is not None:
             assert stderr is not None and stderr.writer is not None
             params = StdioServerParameters(
-                command=config.command,
+                command=executable(config.command),
                 args=list(config.args),
                 # the SDK adds these to its get_default_environment() (PATH, HOME, USER, ...),
                 # never the worker's whole environment, which holds its API keys
