@@ -101,7 +101,8 @@ def configure_tracing(config: TelemetryConfig, *, service_name: str = "durable-a
     whether tracing is on. Idempotent. ``service_name`` is the default of ``OTEL_SERVICE_NAME``.
 
     A provider the host installed itself is kept (and tracing is on). What spans hold is
-    ``config``'s business (``capture_content``), which the activities read. Raises
+    ``config``'s business (``capture_content``): the activities read it, and without it the
+    installed exporter drops exception messages and stack traces (``telemetry_export``). Raises
     ``ConfigError`` when the variables ask for what cannot be done here.
     """
     global _installed
@@ -121,7 +122,12 @@ def configure_tracing(config: TelemetryConfig, *, service_name: str = "durable-a
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: service_name}))
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(span_exporter()))
+    exporter = span_exporter()
+    if not config.capture_content:
+        from durable_agent.telemetry_export import ContentFreeExporter
+
+        exporter = ContentFreeExporter(exporter)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     _installed = provider
     return True

@@ -294,7 +294,7 @@ PLUGIN = f"{PACKAGE}.plugin"
 DEVSERVER = f"{PACKAGE}.devserver"
 WORKER = f"{PACKAGE}.worker"
 CLI = f"{PACKAGE}.cli"
-TELEMETRY = (f"{PACKAGE}.telemetry", f"{PACKAGE}.telemetry_spans")
+TELEMETRY = (f"{PACKAGE}.telemetry", f"{PACKAGE}.telemetry_spans", f"{PACKAGE}.telemetry_export")
 
 
 # --- the walk itself ---------------------------------------------------------------------

@@ -514,3 +514,27 @@ def test_every_metric_is_documented_once() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     missing = [n for n in names if f"`{n}`" not in readme]
     assert not missing, f"README.md does not list {missing}"
+
+
+def test_without_capture_content_no_exception_text_leaves_the_process() -> None:
+    """Temporal's interceptor records an activity's failure whole; its text may quote content."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import Status, StatusCode
+
+    from durable_agent.telemetry_export import ContentFreeExporter
+
+    kept = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(ContentFreeExporter(kept)))
+    with provider.get_tracer("t").start_as_current_span("RunActivity:agent.model_call") as span:
+        span.set_attribute("temporalActivityID", "7")
+        span.record_exception(ValueError("provider said: SECRET-PROMPT-TEXT"))
+        span.set_status(Status(StatusCode.ERROR, "SECRET-PROMPT-TEXT"))
+    [exported] = kept.get_finished_spans()
+    assert "SECRET-PROMPT-TEXT" not in repr(exported.to_json())
+    [event] = exported.events
+    assert event.name == "exception" and dict(event.attributes or {})["exception.type"] == "ValueError"
+    assert exported.status.status_code == StatusCode.ERROR
+    assert dict(exported.attributes or {})["temporalActivityID"] == "7"
