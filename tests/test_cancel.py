@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from durable_agent.activities import AgentActivities
@@ -17,8 +18,10 @@ from durable_agent.core.models import ToolEndEvent
 from durable_agent.core.run_api import AgentRunResult, RunStatusView
 from durable_agent.core.tool_specs import ToolArgs, ToolSpec
 from tests.helpers import (
+    BlockingSink,
     RecordingSink,
     final,
+    read_call,
     running_worker,
     scripted_config,
     start,
@@ -243,3 +246,31 @@ async def test_a_temporal_cancel_request_gives_its_reason_and_ends_canceled(
     assert (result.status, result.error) == ("cancelled", "stopped from the UI")
     names = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events]
     assert "agent.request_cancel" not in names  # Temporal holds a request already
+
+
+@pytest.mark.parametrize("how", ["signal", "request"])
+async def test_a_cancel_during_a_checkpoint_lets_its_export_be_acknowledged(
+    client: Client, tmp_path: Path, how: str
+) -> None:
+    """The run's last export is its last boundary's: a cancel never cuts a checkpoint short."""
+    config = scripted_config(
+        tmp_path, [read_call("r1", "a.txt"), final("never asked")], permissions={"allow": ["read(*)"]}
+    )
+    sink = BlockingSink()
+    acts = AgentActivities(config, sinks={"local": sink})
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, workspace_with(tmp_path, {"a.txt": "alpha\n"}), "read a.txt")
+        await asyncio.wait_for(sink.entered.acquire(), 15)  # the sink holds turn 1's export
+        if how == "signal":
+            await handle.signal("cancel", "stop now")
+        else:
+            await handle.cancel(reason="stop now")
+        # past the workflow task timeout (3 s): the task is extended while the local activity
+        # runs, and the cancel reaches the run meanwhile, while the sink still holds the export
+        await asyncio.sleep(4)
+        sink.release.release()
+        result = await asyncio.wait_for(run_result(client, handle.id), 20)
+    assert (result.status, result.error) == ("cancelled", "stop now")
+    assert [e.turn for e in result.exports] == [1]  # acknowledged, not cut short
+    assert not result.export_failures
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED

@@ -136,8 +136,10 @@ class CallRunner:
         it to acknowledge), and the cancel flag is checked after the activity
         settles, whatever way it settles: an activity that completes normally
         while its cancellation is pending must not swallow the cancel. Without,
-        the call is awaited plainly (the steps before the loop, and the run's
-        end, which must reach the store even for a cancelled run).
+        a cancel is noted and the call runs to its end (the steps before the
+        loop; a tool boundary's checkpoint, whose export the sink acknowledges
+        before the run stops; and the run's end, which must reach the store
+        even for a cancelled run).
         """
         options = decl.options(timeouts)
         start_to_close = timedelta(seconds=options.start_to_close_seconds)
@@ -154,16 +156,32 @@ class CallRunner:
             maximum_attempts=options.maximum_attempts,
         )
         if not cancellable:
-            plain = workflow.start_activity(
-                decl.name,
-                arg,
-                result_type=decl.result_type,
-                start_to_close_timeout=start_to_close,
-                heartbeat_timeout=heartbeat,
-                retry_policy=retry,
-                summary=summary,
+            plain = (
+                workflow.start_local_activity(
+                    decl.name,
+                    arg,
+                    result_type=decl.result_type,
+                    start_to_close_timeout=start_to_close,
+                    retry_policy=retry,
+                    summary=summary,
+                )
+                if local
+                else workflow.start_activity(
+                    decl.name,
+                    arg,
+                    result_type=decl.result_type,
+                    start_to_close_timeout=start_to_close,
+                    heartbeat_timeout=heartbeat,
+                    retry_policy=retry,
+                    summary=summary,
+                )
             )
-            return cast(OutT, await self._uncancelled(plain))
+            try:
+                return cast(OutT, await self._uncancelled(plain))
+            except ActivityError:
+                raise
+            except FailureError as exc:  # a local activity's, bare
+                raise as_activity_error(decl.name, exc) from exc
         wait = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
         handle = (
             workflow.start_local_activity(

@@ -52,6 +52,9 @@ T = TypeVar("T")
 # ``agent.save_checkpoint`` then ``agent.export_checkpoint``: one workflow task, not three.
 # Histories recorded before it replay the two activities.
 ONE_CHECKPOINT_PATCH = "boundary-one-local-checkpoint"
+# A cancel that comes during a boundary's checkpoint lets it finish (the export acknowledged),
+# instead of cancelling it: histories recorded before cancelled it.
+CHECKPOINT_COMPLETES_PATCH = "cancel-waits-for-checkpoint"
 
 # Since this patch a boundary whose time the history does not fix (a call that never ran: denied,
 # unknown, refused after a wait) is checkpointed by ``agent.checkpoint`` as an ordinary activity,
@@ -157,6 +160,9 @@ class LogKeeper:
                     summary=f"checkpoint turn {turn}",
                     timeouts=plan.timeouts,
                     local=local,
+                    # a cancel waits for the boundary's export: the run's last export is its
+                    # last boundary's, acknowledged
+                    cancellable=not workflow.patched(CHECKPOINT_COMPLETES_PATCH),
                 )
             except ActivityError as exc:
                 missing, head = missing_state(exc)
