@@ -62,8 +62,8 @@ class RunPlanner:
         permissions = run.permissions or inp.resume_permissions or config.permissions
         budgets = self._budgets(run, model)
         if self.mcp:
-            # the MCP servers not listed yet, or down when last tried: their tools, if they answer
-            await self.mcp.list_pending()
+            # what the MCP servers offer now: a run is offered their current tools
+            await self.mcp.for_run()
         offers = tuple(t.offer() for t in offered_tools((t.spec for t in self.tools.values()), permissions))
         return RunPlan(
             session_id=inp.session_id,

@@ -279,11 +279,11 @@ def http_server() -> Iterator[Any]:
     """``agent_tools.py --http PORT`` in a subprocess; a function that (re)starts it."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def serve(*args: str) -> str:
+    def serve(*args: str, port: int | None = None) -> str:
         for proc in procs:
             proc.terminate()
             proc.wait(10)
-        port = free_port()
+        port = port or free_port()
         proc = subprocess.Popen(
             [sys.executable, str(AGENT_TOOLS), "--http", str(port), *args],
             stdout=subprocess.DEVNULL,
@@ -344,6 +344,33 @@ async def test_a_catalog_change_refuses_a_resume_unless_forced(
     assert "tools offered here only: mcp__web__extra_tool" in message
     assert "catalog generation" in message
     assert result.status == "completed"
+
+
+async def test_a_running_worker_offers_a_servers_new_tools_to_the_next_run(
+    client: Client, tmp_path: Path, http_server: Any
+) -> None:
+    """A server's tool list changes while the worker runs: the next run's binding says so."""
+    port_url = http_server()
+    responses = [tool_call("e1", "mcp__web__echo", text="hi"), final("one")]
+    config = mcp_config(tmp_path, responses, {"web": {"url": port_url}})
+    sink = RecordingSink()
+    acts = AgentActivities(config, sinks={"local": sink})
+    try:
+        async with running_worker(client, acts) as queue:
+            first = await start(client, queue, workspace_with(tmp_path, {}), "echo")
+            assert (await first.result()).status == "completed"
+            # the same address, now with one more tool (a deploy of the server)
+            http_server("--extra-tool", port=int(port_url.rsplit(":", 1)[1].split("/")[0]))
+            second = await start(client, queue, workspace_with(tmp_path, {}), "echo again")
+            assert (await second.result()).status == "completed"
+    finally:
+        await acts.aclose()
+    bindings = [e.open().logical_resume.capability_binding for e in sink.exports]
+    assert bindings[0] is not None and bindings[-1] is not None
+    assert "mcp__web__extra_tool" not in bindings[0].tools
+    assert "mcp__web__extra_tool" in bindings[-1].tools
+    assert bindings[0].catalog_generation != bindings[-1].catalog_generation
+    assert bindings[0].catalog_digest != bindings[-1].catalog_digest
 
 
 async def test_mcp_list_shows_servers_tools_and_permissions(tmp_path: Path, http_server: Any) -> None:

@@ -1,8 +1,9 @@
 """The worker's MCP servers and the tools they offer the model, as ``mcp__SERVER__TOOL``.
 
-The worker lists each ``[mcp.NAME]`` server's tools when it starts (``McpCatalog.refresh``);
-a server that was down is listed again when a run starts or a model step would offer its
-tools, at most every ``RELIST_SECONDS``. Its tools join the worker's tool table, where the
+The worker lists each ``[mcp.NAME]`` server's tools when it starts (``McpCatalog.refresh``)
+and again when a run starts (``for_run``: a server's tool list may change); a server that
+is down is tried again when a model step would offer its tools (at once after a crash, at
+most every ``RELIST_SECONDS`` while it cannot be reached). Its tools join the worker's tool table, where the
 run planner offers them (permission rules apply, and a tool denied outright is not offered)
 and ``agent.tool_call`` runs them like the built-in ones. Their definitions are part of the
 run's capability binding, so a resume on a worker whose servers offer other tools is refused
@@ -173,19 +174,33 @@ class McpCatalog:
             self._offered[name] = tuple(t.spec.name for t in tools)
             log.info("MCP server %s offers %d tools", name, len(tools))
 
-    async def list_pending(self) -> None:
-        """List the servers never tried yet and those that are down: one that stopped is
-        started again at once, one that could not be reached is tried again at most every
-        ``RELIST_SECONDS``. A run's start and a model step offer what answers."""
+    async def for_run(self) -> None:
+        """Before a run's plan: list every server again, so a run is offered what its servers
+        offer now (a server's tool list may have changed); a server that failed to answer less
+        than ``RELIST_SECONDS`` ago is left as it was."""
         now = time.monotonic()
         due = [
-            name
-            for name, server in self.servers.items()
-            if name not in self._tried
-            or (not server.available and now - self._failed.get(name, -RELIST_SECONDS) >= RELIST_SECONDS)
+            name for name in self.servers if now - self._failed.get(name, -RELIST_SECONDS) >= RELIST_SECONDS
         ]
         if due:
             await self.refresh(due)
+
+    async def list_pending(self) -> None:
+        """List the servers never tried yet and those that are down: one that stopped is
+        started again at once, one that could not be reached is tried again at most every
+        ``RELIST_SECONDS``."""
+        due = [
+            name
+            for name, server in self.servers.items()
+            if name not in self._tried or (not server.available and not self._failed_lately(name))
+        ]
+        if due:
+            await self.refresh(due)
+
+    def _failed_lately(self, name: str) -> bool:
+        """Whether ``name`` failed to answer a listing less than ``RELIST_SECONDS`` ago."""
+        failed = self._failed.get(name)
+        return failed is not None and time.monotonic() - failed < RELIST_SECONDS
 
     async def unavailable(self, offered: Iterable[str]) -> list[ToolsUnavailable]:
         """For a model step offering ``offered``: the servers among them that are down (tried
