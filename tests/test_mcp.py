@@ -373,6 +373,27 @@ async def test_a_running_worker_offers_a_servers_new_tools_to_the_next_run(
     assert bindings[0].catalog_digest != bindings[-1].catalog_digest
 
 
+async def test_a_hanging_server_never_holds_up_a_runs_start(client: Client, tmp_path: Path) -> None:
+    """A server that starts and never answers: the run starts with the others' tools."""
+    hang = {"command": sys.executable, "args": ["-c", "import time; time.sleep(120)"]}
+    servers = {"tools": stdio(), "stuck": {**hang, "connect_timeout_seconds": 60}}
+    responses = [tool_call("e1", "mcp__tools__echo", text="hi"), final("done")]
+    config = mcp_config(tmp_path, responses, servers)
+    sink = RecordingSink()
+    acts = AgentActivities(config, sinks={"local": sink})
+    try:
+        async with running_worker(client, acts) as queue:
+            began = time.monotonic()
+            handle = await start(client, queue, workspace_with(tmp_path, {}), "echo")
+            result = await asyncio.wait_for(handle.result(), 30)
+            took = time.monotonic() - began
+    finally:
+        await acts.aclose()
+    assert result.status == "completed", result
+    assert tool_results(sink)["e1"] == "echo: hi"
+    assert took < 15  # not the stuck server's 60 s, nor a timed-out resolve
+
+
 async def test_mcp_list_shows_servers_tools_and_permissions(tmp_path: Path, http_server: Any) -> None:
     url = http_server()
     config = {

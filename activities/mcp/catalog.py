@@ -42,6 +42,9 @@ log = logging.getLogger("durable_agent.mcp")
 
 # A server found down is tried again at most this often (a run's start, a model step).
 RELIST_SECONDS = 10.0
+# How long a run's start or a model step waits for the servers' listings (a hanging server's
+# goes on in the background): well within ``agent.resolve_run``'s 10 s timeout.
+STEP_WAIT_SECONDS = 4.0
 # What a server may put in front of the model and into every run's plan (Temporal's history):
 # a result longer than this is cut, with a note; a tool past these bounds is not offered.
 OUTPUT_MAX_BYTES = 100_000
@@ -137,6 +140,7 @@ class McpCatalog:
         self._tried: set[str] = set()
         self._failed: dict[str, float] = {}  # when a server last failed to answer a listing
         self._locks = {name: asyncio.Lock() for name in configs}
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.servers)
@@ -150,11 +154,25 @@ class McpCatalog:
         """The offered names of ``server``'s tools, as last listed."""
         return self._offered.get(server, ())
 
-    async def refresh(self, names: Iterable[str] | None = None) -> None:
+    async def refresh(self, names: Iterable[str] | None = None, *, wait: float | None = None) -> None:
         """List the servers' tools (all, or ``names``), each within its connect timeout, and
         put them in the tool table; a server that cannot be reached is logged and keeps the
-        tools it was last listed with (none, if it never answered)."""
-        await asyncio.gather(*(self._list(name) for name in (names or self.servers)))
+        tools it was last listed with (none, if it never answered).
+
+        ``wait``: return after that many seconds at most; a listing still going on then goes
+        on in the background (a hanging server never holds up a run's start or step for long,
+        nor makes its activity time out), and one listing a server at a time is enough."""
+        listings = {self._listing(name) for name in (names or self.servers)}
+        if listings:
+            await asyncio.wait(listings, timeout=wait)
+
+    def _listing(self, name: str) -> asyncio.Task[None]:
+        """The listing of ``name`` going on now, or a new one."""
+        task = self._in_flight.get(name)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(self._list(name), name=f"mcp-list-{name}")
+            self._in_flight[name] = task
+        return task
 
     async def _list(self, name: str) -> None:
         server, config = self.servers[name], self.configs[name]
@@ -178,12 +196,9 @@ class McpCatalog:
         """Before a run's plan: list every server again, so a run is offered what its servers
         offer now (a server's tool list may have changed); a server that failed to answer less
         than ``RELIST_SECONDS`` ago is left as it was."""
-        now = time.monotonic()
-        due = [
-            name for name in self.servers if now - self._failed.get(name, -RELIST_SECONDS) >= RELIST_SECONDS
-        ]
+        due = [name for name in self.servers if not self._failed_lately(name)]
         if due:
-            await self.refresh(due)
+            await self.refresh(due, wait=STEP_WAIT_SECONDS)
 
     async def list_pending(self) -> None:
         """List the servers never tried yet and those that are down: one that stopped is
@@ -195,7 +210,7 @@ class McpCatalog:
             if name not in self._tried or (not server.available and not self._failed_lately(name))
         ]
         if due:
-            await self.refresh(due)
+            await self.refresh(due, wait=STEP_WAIT_SECONDS)
 
     def _failed_lately(self, name: str) -> bool:
         """Whether ``name`` failed to answer a listing less than ``RELIST_SECONDS`` ago."""
@@ -225,4 +240,7 @@ class McpCatalog:
 
     async def aclose(self) -> None:
         """Stop the servers' processes and close their sessions."""
+        for task in self._in_flight.values():
+            task.cancel()
+        await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
         await asyncio.gather(*(server.aclose() for server in self.servers.values()), return_exceptions=True)
