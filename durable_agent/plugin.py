@@ -50,7 +50,7 @@ STICKY_TIMEOUT = timedelta(seconds=2)
 # Imported from outside the workflow sandbox: our workflow and core modules keep no state and
 # read no clock (tests/test_layers.py), and the native extensions beneath the rest cannot be
 # imported twice (a module of the user's that imports this one would otherwise fail there).
-PASSED_THROUGH = ("durable_agent", "cryptography", "opentelemetry", "asyncpg", "httpx")
+PASSED_THROUGH = ("durable_agent", "cryptography", "opentelemetry", "asyncpg", "httpx", "mcp")
 
 
 def _pass_through(runner: WorkflowRunner | None) -> WorkflowRunner:
