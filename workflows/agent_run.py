@@ -12,7 +12,8 @@ with its permission (allow, deny, or ask a person and wait), so a prompt and a
 tool output can be followed here. Its collaborators: ``starting.py`` (start,
 resume, continue as new), ``log_keeper.py`` (the run's log and its boundaries),
 ``presence.py`` (details and search attributes), ``approvals.py`` (the calls
-waiting for a decision), ``calls.py`` (activities and the cancel).
+waiting for a decision), ``calls.py`` (activities and the cancel), ``ending.py``
+(how a run closes, a cancelled one in the Canceled state).
 """
 
 from __future__ import annotations
@@ -22,17 +23,15 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError
 
 from durable_agent.workflows.approvals import ApprovalBook, summarize_arguments
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import (
         MODEL_CALL,
-        REQUEST_CANCEL,
         TOOL_CALL,
         ModelStepInput,
-        RequestCancelInput,
         ToolCallInput,
         ToolOutput,
     )
@@ -89,6 +88,7 @@ from durable_agent.workflows.context_keeper import (
     is_overflow,
     model_pending,
 )
+from durable_agent.workflows.ending import Ending
 from durable_agent.workflows.log_keeper import LogKeeper
 from durable_agent.workflows.metrics import (
     approval_decided,
@@ -98,12 +98,6 @@ from durable_agent.workflows.metrics import (
 )
 from durable_agent.workflows.presence import AWAITING_APPROVAL, AWAITING_PROMPT, EXECUTING, Presence
 from durable_agent.workflows.starting import Starter
-
-# A run the ``cancel`` signal ended asks Temporal for a cancel request, so that it ends in the
-# Canceled state; histories recorded before close as Completed (with status ``cancelled``).
-PATCH_CANCELED_STATE = "cancel-ends-canceled"
-# How long it waits for its own request to arrive before it completes instead.
-CANCEL_REQUEST_WAIT_SECONDS = 60
 
 
 class BudgetStop(Exception):
@@ -126,6 +120,7 @@ class AgentRun:
         self._context = ContextKeeper(self._calls, self._presence, self._log)
         self._starter = Starter(self._calls, self._presence, self._log, self._cancellation)
         self._approvals = ApprovalBook()
+        self._ending = Ending(self._calls, self._cancellation)
         # conversations: whether the run goes on after an answer, waits for a prompt now, the
         # prompt given, whether ``end`` came, and whether the run has ended
         self._follow_ups = False
@@ -251,51 +246,9 @@ class AgentRun:
         await self._log.finish(state)
         self._presence.status(final)
         self._presence.details(f"**{final}**" + (f": {error}" if error else ""))
-        await self._handlers_finished()
-        # its record and last export are kept: a cancelled run ends in Temporal's Canceled state
-        # (the UI's list, ``ExecutionStatus="Canceled"``); the ``result`` query reads its record
-        canceled = final == "cancelled" and workflow.patched(PATCH_CANCELED_STATE)
-        if canceled and await self._cancel_requested(state):
-            raise CancelledError(error or "cancelled")
+        # its record and last export kept: a cancelled run closes Canceled (``ending.py``)
+        await self._ending.close(final == "cancelled", error, state.plan.timeouts)
         return state.result()
-
-    async def _handlers_finished(self) -> None:
-        """Let the updates in flight answer before the run closes; a cancel request meanwhile is
-        noted, not lost."""
-        while True:
-            try:
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                return
-            except asyncio.CancelledError:
-                self._cancellation.temporal_request()
-
-    async def _cancel_requested(self, state: LoopState) -> bool:
-        """Whether Temporal holds a cancel request for this run, asking for one when only the
-        signal cancelled it (a workflow may not request its own cancel). ``False`` when the
-        request cannot be made: the run then completes, cancelled, as before."""
-        if self._cancellation.by_temporal:
-            return True
-        info = workflow.info()
-        try:
-            await self._calls.run(
-                REQUEST_CANCEL,
-                RequestCancelInput(
-                    workflow_id=info.workflow_id, run_id=info.run_id, reason=self._cancellation.reason
-                ),
-                summary="end Canceled: request this run's cancel",
-                timeouts=state.plan.timeouts,
-                cancellable=False,
-            )
-            await workflow.wait_condition(
-                lambda: self._cancellation.by_temporal,
-                timeout=timedelta(seconds=CANCEL_REQUEST_WAIT_SECONDS),
-                timeout_summary="the run's cancel request",
-            )
-        except asyncio.CancelledError:
-            self._cancellation.temporal_request()
-        except (ActivityError, TimeoutError) as exc:
-            workflow.logger.warning("the run ends completed, not Canceled: %s", exc)
-        return self._cancellation.by_temporal
 
     async def _loop(self, state: LoopState) -> None:
         plan = state.plan

@@ -1,0 +1,79 @@
+"""How an ``AgentRun`` closes once its end is recorded: the updates in flight answered, and a
+cancelled run in Temporal's Canceled state.
+
+Temporal closes a workflow Canceled only after a cancel request, and refuses one a workflow
+aims at itself; a run that the ``cancel`` signal stopped asks for one through an activity
+(``agent.request_cancel``). Histories recorded before the ``cancel-ends-canceled`` patch
+closed Completed, with status ``cancelled``, and replay so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from durable_agent.core.activity_api import REQUEST_CANCEL, RequestCancelInput
+    from durable_agent.core.plan import Timeouts
+
+from durable_agent.workflows.calls import CallRunner, Cancellation
+
+PATCH_CANCELED_STATE = "cancel-ends-canceled"
+# How long a run waits for its own cancel request to arrive before it completes instead.
+CANCEL_REQUEST_WAIT_SECONDS = 60
+
+
+class Ending:
+    """The last steps of a run whose end is in the store."""
+
+    def __init__(self, calls: CallRunner, cancellation: Cancellation) -> None:
+        self._calls = calls
+        self._cancellation = cancellation
+
+    async def close(self, cancelled: bool, error: str | None, timeouts: Timeouts) -> None:
+        """Let the updates in flight answer; then a cancelled run raises ``CancelledError``,
+        which Temporal records as the Canceled state (the UI's list, ``ExecutionStatus``
+        filters). Its record stays readable through the ``result`` query."""
+        await self._handlers_finished()
+        if cancelled and workflow.patched(PATCH_CANCELED_STATE) and await self._cancel_requested(timeouts):
+            raise CancelledError(error or "cancelled")
+
+    async def _handlers_finished(self) -> None:
+        """A cancel request that comes meanwhile is noted, not lost."""
+        while True:
+            try:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                return
+            except asyncio.CancelledError:
+                self._cancellation.temporal_request()
+
+    async def _cancel_requested(self, timeouts: Timeouts) -> bool:
+        """Whether Temporal holds a cancel request for this run, asking for one when only the
+        signal cancelled it. ``False`` when the request cannot be made: the run then completes,
+        cancelled, as before the patch."""
+        if self._cancellation.by_temporal:
+            return True
+        info = workflow.info()
+        try:
+            await self._calls.run(
+                REQUEST_CANCEL,
+                RequestCancelInput(
+                    workflow_id=info.workflow_id, run_id=info.run_id, reason=self._cancellation.reason
+                ),
+                summary="end Canceled: request this run's cancel",
+                timeouts=timeouts,
+                cancellable=False,
+            )
+            await workflow.wait_condition(
+                lambda: self._cancellation.by_temporal,
+                timeout=timedelta(seconds=CANCEL_REQUEST_WAIT_SECONDS),
+                timeout_summary="the run's cancel request",
+            )
+        except asyncio.CancelledError:
+            self._cancellation.temporal_request()
+        except (ActivityError, TimeoutError) as exc:
+            workflow.logger.warning("the run ends completed, not Canceled: %s", exc)
+        return self._cancellation.by_temporal
