@@ -17,38 +17,43 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from temporalio.client import WorkflowFailureError, WorkflowQueryFailedError, WorkflowUpdateFailedError
+from temporalio.client import WorkflowFailureError, WorkflowQueryFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from durable_agent.cli.approvals import add_commands as add_approval_commands
 from durable_agent.cli.codec_server import add_commands as add_codec_commands
-from durable_agent.cli.common import build_run_input, err, failure_text, follow_and_report
+from durable_agent.cli.common import (
+    budget_fields,
+    budget_options,
+    build_run_input,
+    err,
+    failure_text,
+    follow_and_report,
+    policy_arg,
+    workspace_arg,
+)
+from durable_agent.cli.conversation import add_commands as add_conversation_commands
 from durable_agent.cli.exports import PG_PREFIX, cmd_exports, read_export_ref
 from durable_agent.cli.mcp import add_commands as add_mcp_commands
-from durable_agent.cli.render import EventPrinter, print_result, print_status
+from durable_agent.cli.render import print_status
 from durable_agent.client import (
     connect,
-    end_conversation,
     exit_process,
     follow_events,
-    follow_turn,
     run_result,
-    send_prompt,
     start_run,
-    steer_run,
 )
 from durable_agent.client import task_queue as default_task_queue
 from durable_agent.codec import ENCODING, CodecError
 from durable_agent.config import ConfigError
 from durable_agent.core.errors import validation_message
-from durable_agent.core.models import EndEvent, EventRecord
+from durable_agent.core.models import EventRecord
 from durable_agent.core.run_api import (
     QUERY_EVENTS,
     QUERY_STATUS,
     SIGNAL_CANCEL,
     AgentRunInput,
-    AgentRunResult,
     RunStatusView,
 )
 
@@ -80,23 +85,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return asyncio.run(worker.main())
 
 
-def _policy(args: argparse.Namespace) -> dict[str, Any] | None:
-    if not (args.allow or args.deny or args.ask or args.default):
-        return None
-    policy: dict[str, Any] = {"allow": args.allow or [], "deny": args.deny or [], "ask": args.ask or []}
-    if args.default:
-        policy["default"] = args.default
-    return policy
-
-
-def _workspace_arg(value: str | None) -> str | None:
-    # A folder that exists here is most likely meant: make it absolute, since the
-    # worker resolves relative paths against its own current folder.
-    if value is not None and Path(value).expanduser().is_dir():
-        return str(Path(value).expanduser().resolve())
-    return value
-
-
 async def _run(args: argparse.Namespace, run: AgentRunInput) -> int:
     client = await connect()
     queue = default_task_queue()
@@ -114,14 +102,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Start an ``AgentRun`` (``run``, or ``resume`` from an export); follow it unless ``--no-follow``."""
     fields: dict[str, Any] = {
         "prompt": getattr(args, "prompt", None),
-        "workspace": _workspace_arg(args.workspace),
+        "workspace": workspace_arg(args.workspace),
         "model": args.model,
         "session_id": args.session_id,
         "export_sink": args.sink,
         "max_tool_rounds": args.max_tool_rounds,
         "approval_timeout_seconds": args.approval_timeout,
-        "permissions": _policy(args),
-        **_budget_fields(args),
+        "permissions": policy_arg(args),
+        **budget_fields(args),
     }
     if args.command == "resume":
         if args.on_worker and args.export.startswith(PG_PREFIX):
@@ -161,124 +149,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         err(f"{args.command}: invalid run input: {validation_message(exc)}")
         return 2
     return _network(lambda a: _run(a, run))(args)
-
-
-def _budget_fields(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "max_total_tokens": args.max_total_tokens,
-        "max_cost_usd": args.max_cost_usd,
-        "idle_timeout_seconds": args.idle_timeout,
-    }
-
-
-def _update_failure(exc: WorkflowUpdateFailedError) -> str:
-    cause = exc.cause
-    return str(getattr(cause, "message", "") or cause or exc)
-
-
-async def _chat(args: argparse.Namespace) -> int:
-    """A terminal conversation: each answer streams, then the next line of stdin is the next
-    prompt; ``/end`` or the end of input closes the run."""
-    client = await connect()
-    after = 0
-    if args.workflow_id:
-        handle = client.get_workflow_handle(args.workflow_id, result_type=AgentRunResult)
-        print(f"attached to {handle.id}")
-    else:
-        prompt = args.prompt or _read_line()
-        if prompt is None or not prompt.strip() or prompt.strip() == "/end":
-            err("chat: no prompt given")
-            return 2
-        fields: dict[str, Any] = {
-            "prompt": prompt,
-            "workspace": _workspace_arg(args.workspace),
-            "model": args.model,
-            "session_id": args.session_id,
-            "follow_ups": True,
-            "permissions": _policy(args),
-            **_budget_fields(args),
-        }
-        try:
-            run = build_run_input(fields)
-        except ValidationError as exc:
-            err(f"chat: invalid run input: {validation_message(exc)}")
-            return 2
-        handle = await start_run(client, run, workflow_id=args.id, queue=default_task_queue())
-        print(f"started {handle.id} (a conversation: /end or end of input closes it)")
-    printer = EventPrinter()
-    ended = False
-    while not ended:
-        async for record in follow_turn(handle, after=after):
-            printer.show(record)
-            if isinstance(record, EventRecord):
-                after = record.sequence
-                ended = ended or isinstance(record.event, EndEvent)
-        printer.finish()
-        if ended:
-            break
-        view = await handle.query(QUERY_STATUS, result_type=RunStatusView)
-        if view.status != "awaiting_prompt":
-            break  # the workflow closed without an end event (refused)
-        line = _read_line()
-        if line is None or line.strip() == "/end":
-            await end_conversation(handle)
-            continue
-        if not line.strip():
-            continue
-        try:
-            accepted = await send_prompt(handle, line)
-        except WorkflowUpdateFailedError as exc:
-            err(f"chat: prompt refused: {_update_failure(exc)}")
-            continue
-        after = max(after, accepted.after_sequence)
-    try:
-        result = await run_result(client, handle.id)
-    except WorkflowFailureError as exc:
-        err(f"workflow {handle.id} failed: {failure_text(exc)}")
-        return 1
-    print_result(result)
-    return 0 if result.status == "completed" else 1
-
-
-def _read_line() -> str | None:
-    """The next line of standard input (without its line break), or None at its end."""
-    sys.stdout.write("\nyou> ")
-    sys.stdout.flush()
-    line = sys.stdin.readline()
-    if not line:
-        sys.stdout.write("\n")
-        return None
-    return line.rstrip("\n")
-
-
-async def _prompt(args: argparse.Namespace) -> int:
-    handle = (await connect()).get_workflow_handle(args.workflow_id)
-    try:
-        accepted = await send_prompt(handle, args.text)
-    except WorkflowUpdateFailedError as exc:
-        err(f"prompt: refused: {_update_failure(exc)}")
-        return 1
-    print(f"prompt sent to {args.workflow_id}; its events follow sequence {accepted.after_sequence}")
-    return 0
-
-
-async def _steer(args: argparse.Namespace) -> int:
-    handle = (await connect()).get_workflow_handle(args.workflow_id)
-    try:
-        accepted = await steer_run(handle, args.text)
-    except WorkflowUpdateFailedError as exc:
-        err(f"steer: refused: {_update_failure(exc)}")
-        return 1
-    print(
-        f"steer sent to {args.workflow_id}: the model sees it at its next request ({accepted.queued} waiting)"
-    )
-    return 0
-
-
-async def _end(args: argparse.Namespace) -> int:
-    await end_conversation((await connect()).get_workflow_handle(args.workflow_id))
-    print(f"end requested for {args.workflow_id}")
-    return 0
 
 
 async def _status(args: argparse.Namespace) -> int:
@@ -405,18 +275,10 @@ def _run_options(run: argparse.ArgumentParser) -> None:
     for kind in ("allow", "deny", "ask"):
         run.add_argument(f"--{kind}", action="append", metavar="RULE", help=f"{kind} rule, e.g. 'read(**)'")
     run.add_argument("--default", choices=("allow", "deny", "ask"), help="decision when no rule matches")
-    _budget_options(run)
+    budget_options(run)
     run.add_argument("--id", help="the workflow id (default: agent-run-<random>)")
     run.add_argument("--no-follow", action="store_true", help="print the workflow id and return")
     run.set_defaults(func=cmd_run)
-
-
-def _budget_options(run: argparse.ArgumentParser) -> None:
-    run.add_argument("--max-total-tokens", type=int, metavar="N", help="the run's token budget")
-    run.add_argument("--max-cost-usd", type=float, metavar="USD", help="the run's cost budget")
-    run.add_argument(
-        "--idle-timeout", type=float, metavar="SECONDS", help="with follow-ups: close after this long idle"
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -465,30 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.choices["cancel"].add_argument("--reason", help="recorded as the run's error")
     sub.choices["events"].add_argument("--follow", action="store_true", help="print until the run ends")
 
-    chat = sub.add_parser("chat", help="a conversation in the terminal: start one, or attach to a run")
-    chat.add_argument("workflow_id", nargs="?", help="a run with follow-ups to attach to")
-    chat.add_argument("--prompt", help="the first prompt (default: the first line read)")
-    chat.add_argument("--workspace", help="a folder on the worker's machine (default: the worker's)")
-    chat.add_argument("--model", help='"provider/model"')
-    chat.add_argument("--session-id")
-    chat.add_argument("--id", help="the workflow id (default: agent-run-<random>)")
-    for kind in ("allow", "deny", "ask"):
-        chat.add_argument(f"--{kind}", action="append", metavar="RULE", help=f"{kind} rule")
-    chat.add_argument("--default", choices=("allow", "deny", "ask"), help="decision when no rule matches")
-    _budget_options(chat)
-    chat.set_defaults(func=_network(_chat))
-    for name, text in (
-        ("prompt", "the next prompt of a run that waits for one (update)"),
-        ("steer", "a message the run's model sees at its next request (update)"),
-    ):
-        texted = sub.add_parser(name, help=text)
-        texted.add_argument("workflow_id")
-        texted.add_argument("text")
-        texted.set_defaults(func=_network(_prompt if name == "prompt" else _steer))
-    end = sub.add_parser("end", help="close a run with follow-ups: it completes with its last answer")
-    end.add_argument("workflow_id")
-    end.set_defaults(func=_network(_end))
-
+    add_conversation_commands(sub, _network)
     add_approval_commands(sub, _network)
 
     verify = sub.add_parser("verify", help="check export files written by the filesystem sink")

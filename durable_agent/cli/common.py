@@ -5,7 +5,9 @@ Its own module so that ``demo`` and ``commands`` both import it and never each o
 
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -48,3 +50,40 @@ async def follow_and_report(
         return None
     print_result(result)
     return result
+
+
+def policy_arg(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The run's rules from ``--allow``/``--deny``/``--ask``/``--default`` (None: the worker's)."""
+    if not (args.allow or args.deny or args.ask or args.default):
+        return None
+    policy: dict[str, Any] = {"allow": args.allow or [], "deny": args.deny or [], "ask": args.ask or []}
+    if args.default:
+        policy["default"] = args.default
+    return policy
+
+
+def workspace_arg(value: str | None) -> str | None:
+    """``--workspace`` as the worker should read it."""
+    # A folder that exists here is most likely meant: make it absolute, since the
+    # worker resolves relative paths against its own current folder.
+    if value is not None and Path(value).expanduser().is_dir():
+        return str(Path(value).expanduser().resolve())
+    return value
+
+
+def budget_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The run input's budget fields from the budget options."""
+    return {
+        "max_total_tokens": args.max_total_tokens,
+        "max_cost_usd": args.max_cost_usd,
+        "idle_timeout_seconds": args.idle_timeout,
+    }
+
+
+def budget_options(run: argparse.ArgumentParser) -> None:
+    """``--max-total-tokens``, ``--max-cost-usd`` and ``--idle-timeout``."""
+    run.add_argument("--max-total-tokens", type=int, metavar="N", help="the run's token budget")
+    run.add_argument("--max-cost-usd", type=float, metavar="USD", help="the run's cost budget")
+    run.add_argument(
+        "--idle-timeout", type=float, metavar="SECONDS", help="with follow-ups: close after this long idle"
+    )
