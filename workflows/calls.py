@@ -141,70 +141,17 @@ class CallRunner:
         before the run stops; and the run's end, which must reach the store
         even for a cancelled run).
         """
-        options = decl.options(timeouts)
-        start_to_close = timedelta(seconds=options.start_to_close_seconds)
-        heartbeat = (
-            timedelta(seconds=options.heartbeat_seconds) if options.heartbeat_seconds is not None else None
-        )
-        retry = RetryPolicy(
-            initial_interval=timedelta(seconds=options.initial_interval_seconds),
-            maximum_interval=(
-                timedelta(seconds=options.maximum_interval_seconds)
-                if options.maximum_interval_seconds is not None
-                else None
-            ),
-            maximum_attempts=options.maximum_attempts,
-        )
+        kind = workflow.ActivityCancellationType
         if not cancellable:
-            plain = (
-                workflow.start_local_activity(
-                    decl.name,
-                    arg,
-                    result_type=decl.result_type,
-                    start_to_close_timeout=start_to_close,
-                    retry_policy=retry,
-                    summary=summary,
-                )
-                if local
-                else workflow.start_activity(
-                    decl.name,
-                    arg,
-                    result_type=decl.result_type,
-                    start_to_close_timeout=start_to_close,
-                    heartbeat_timeout=heartbeat,
-                    retry_policy=retry,
-                    summary=summary,
-                )
-            )
+            # never cancelled (shielded): the SDK's default cancellation type, as recorded before
+            plain = self._start(decl, arg, summary, timeouts, local, kind.TRY_CANCEL)
             try:
-                return cast(OutT, await self._uncancelled(plain))
+                return await self._uncancelled(plain)
             except ActivityError:
                 raise
             except FailureError as exc:  # a local activity's, bare
                 raise as_activity_error(decl.name, exc) from exc
-        wait = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-        handle = (
-            workflow.start_local_activity(
-                decl.name,
-                arg,
-                result_type=decl.result_type,
-                start_to_close_timeout=start_to_close,
-                retry_policy=retry,
-                cancellation_type=wait,
-                summary=summary,
-            )
-            if local
-            else workflow.start_activity(
-                decl.name,
-                arg,
-                result_type=decl.result_type,
-                start_to_close_timeout=start_to_close,
-                heartbeat_timeout=heartbeat,
-                retry_policy=retry,
-                cancellation_type=wait,
-                summary=summary,
-            )
-        )
+        handle = self._start(decl, arg, summary, timeouts, local, kind.WAIT_CANCELLATION_COMPLETED)
         cancellation = self._cancellation
         try:
             await workflow.wait_condition(lambda: handle.done() or cancellation.requested)
@@ -225,7 +172,57 @@ class CallRunner:
                 raise RunCancelled() from None
             raise as_activity_error(decl.name, exc) from exc
         cancellation.check()
-        return cast(OutT, result)
+        return result
+
+    @staticmethod
+    def _start(
+        decl: ActivityDecl[InT, OutT],
+        arg: InT,
+        summary: str,
+        timeouts: Timeouts,
+        local: bool,
+        cancellation_type: workflow.ActivityCancellationType,
+    ) -> workflow.ActivityHandle[OutT]:
+        """Start ``decl`` (as a local activity with ``local``) with the options ``timeouts``
+        give it: the one place they become Temporal's timeouts and retry policy."""
+        options = decl.options(timeouts)
+        start_to_close = timedelta(seconds=options.start_to_close_seconds)
+        retry = RetryPolicy(
+            initial_interval=timedelta(seconds=options.initial_interval_seconds),
+            maximum_interval=(
+                timedelta(seconds=options.maximum_interval_seconds)
+                if options.maximum_interval_seconds is not None
+                else None
+            ),
+            maximum_attempts=options.maximum_attempts,
+        )
+        if local:
+            return cast(
+                workflow.ActivityHandle[OutT],
+                workflow.start_local_activity(
+                    decl.name,
+                    arg,
+                    result_type=decl.result_type,
+                    start_to_close_timeout=start_to_close,
+                    retry_policy=retry,
+                    cancellation_type=cancellation_type,
+                    summary=summary,
+                ),
+            )
+        heartbeat = options.heartbeat_seconds
+        return cast(
+            workflow.ActivityHandle[OutT],
+            workflow.start_activity(
+                decl.name,
+                arg,
+                result_type=decl.result_type,
+                start_to_close_timeout=start_to_close,
+                heartbeat_timeout=timedelta(seconds=heartbeat) if heartbeat is not None else None,
+                retry_policy=retry,
+                cancellation_type=cancellation_type,
+                summary=summary,
+            ),
+        )
 
     async def _uncancelled(self, handle: workflow.ActivityHandle[OutT]) -> OutT:
         """The activity's result, which a Temporal cancel request does not stop: it is noted
