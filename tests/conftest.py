@@ -11,6 +11,7 @@ from temporalio.client import Client
 
 from durable_agent.client import connect, ensure_search_attributes
 from durable_agent.devserver import start_ephemeral_server
+from tests.docker_engine import engine_problem
 from tests.pg_server import PG_DSN_ENV, LocalPostgres, database_dsn, pg_bin
 
 
@@ -55,17 +56,7 @@ def pg_server_dsn() -> Iterator[str]:
 
 
 def docker_reachable() -> bool:
-    try:
-        import docker
-
-        client = docker.from_env(timeout=5)
-        try:
-            client.ping()
-        finally:
-            client.close()
-    except Exception:  # no package, no engine, no socket: not reachable
-        return False
-    return True
+    return engine_problem() is None
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.docker_engine import engine_problem
 from tests.helpers import until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -576,25 +577,9 @@ def test_prometheus_scrapes_every_worker_replica_and_grafana_shows_the_dashboard
 
 def docker_unavailable_reason() -> str | None:
     """Why the stack cannot be started here, or None when it can."""
-    docker_host = os.environ.get("DOCKER_HOST") or "unset, so the default local socket"
-    try:
-        import docker
-    except ImportError as exc:
-        return (
-            "no Docker engine was reachable: the `docker` Python package is not "
-            f"importable ({exc}), so the engine could not be pinged"
-        )
-    try:
-        client = docker.from_env(timeout=5)
-        try:
-            client.ping()
-        finally:
-            client.close()
-    except Exception as exc:  # DockerException, connection and timeout errors alike
-        return (
-            "no Docker engine was reachable: docker.from_env().ping() failed "
-            f"(DOCKER_HOST {docker_host}): {type(exc).__name__}: {exc}"
-        )
+    problem = engine_problem()
+    if problem is not None:
+        return problem
     # testcontainers' DockerCompose shells out to the Compose v2 CLI plugin.
     if shutil.which("docker") is None:
         return "a Docker engine answered, but there is no `docker` CLI on PATH for `docker compose`"
