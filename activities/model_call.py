@@ -20,7 +20,7 @@ from durable_agent.activities.staging import stage
 from durable_agent.activities.store.base import SessionStore
 from durable_agent.activities.store.cache import RunStates
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
-from durable_agent.core.activity_api import ModelCallInput, ModelStepInput
+from durable_agent.core.activity_api import CONTEXT_OVERFLOW, ModelCallInput, ModelStepInput
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.context import last_view, model_messages
 from durable_agent.core.json_limits import TOOL_ARGUMENTS_MAX_DEPTH, JsonLimitError, check_value
@@ -38,8 +38,6 @@ MODEL_ANSWER_MAX_BYTES = 960 * 1024
 # from the step's durable ``text_delta`` event.
 LIVE_TEXT_MAX_CHARS = 256 * 1024
 MODEL_ANSWER_TOO_LARGE = "ModelAnswerTooLarge"
-# The request is larger than the model's context window: the workflow compacts and asks again.
-CONTEXT_OVERFLOW = "ContextOverflow"
 
 
 def provider_failure(exc: ProviderError, redact: Redactor) -> ApplicationError:

@@ -41,6 +41,7 @@ from durable_agent.core.export import SessionCheckpointExportV1
 from durable_agent.core.models import EndEvent, EventRecord, LiveText
 from durable_agent.core.plan import WORKFLOW_TASK_SECONDS
 from durable_agent.core.run_api import (
+    AWAITING_PROMPT,
     QUERY_EVENTS,
     QUERY_RESULT,
     QUERY_STATUS,
@@ -336,7 +337,7 @@ async def _follow(
                     view = await handle.query(QUERY_STATUS, result_type=RunStatusView)
                 except (RPCError, WorkflowQueryFailedError):
                     view = None
-                if view is not None and view.status == "awaiting_prompt" and after >= view.event_count:
+                if view is not None and view.status == AWAITING_PROMPT and after >= view.event_count:
                     return
             if live_text or idle_polls % 10 == 0:
                 desc = await handle.describe()

@@ -34,7 +34,7 @@ from temporalio.runtime import TelemetryConfig as RuntimeTelemetry
 
 from durable_agent.config import ConfigError, TelemetryConfig
 from durable_agent.core import metrics as m
-from durable_agent.core.run_api import SA_RUN_STATUS
+from durable_agent.core.run_api import AWAITING_APPROVAL, SA_RUN_STATUS
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# the status ``workflows/presence.py`` lists a run by while a call waits for a person
-AWAITING_APPROVAL = "awaiting_approval"
 APPROVALS_WAITING_QUERY = f'ExecutionStatus = "Running" AND {SA_RUN_STATUS} = "{AWAITING_APPROVAL}"'
 GRPC_EXPORTER = "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"
 

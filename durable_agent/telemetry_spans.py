@@ -31,14 +31,12 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent.config import TelemetryConfig
 from durable_agent.core import metrics as m
-from durable_agent.core.activity_api import ModelCallInput, ToolCallInput, ToolOutput
+from durable_agent.core.activity_api import CONTEXT_OVERFLOW, ModelCallInput, ToolCallInput, ToolOutput
 from durable_agent.core.models import Message, ModelResponse, TextBlock, ToolUseBlock
 from durable_agent.telemetry import AgentMetrics
 
 TRACER_NAME = "durable_agent"
 CONTENT_MAX_CHARS = 16 * 1024
-# The failure type of a request larger than the model's window (activities/model_call.py).
-CONTEXT_OVERFLOW = "ContextOverflow"
 
 
 def activity_metrics() -> AgentMetrics:

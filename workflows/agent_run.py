@@ -51,6 +51,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.core.permissions import COMMAND_TOOLS
     from durable_agent.core.run_api import (
+        AWAITING_APPROVAL,
+        AWAITING_PROMPT,
         QUERY_EVENTS,
         QUERY_RESULT,
         QUERY_STATUS,
@@ -96,7 +98,7 @@ from durable_agent.workflows.metrics import (
     invalid_tool_call,
     tool_call_refused,
 )
-from durable_agent.workflows.presence import AWAITING_APPROVAL, AWAITING_PROMPT, EXECUTING, Presence
+from durable_agent.workflows.presence import EXECUTING, Presence
 from durable_agent.workflows.starting import Starter
 
 

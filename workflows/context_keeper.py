@@ -18,7 +18,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.core.activity_api import COMPACT, CompactInput, CompactOutput
+    from durable_agent.core.activity_api import COMPACT, CONTEXT_OVERFLOW, CompactInput, CompactOutput
     from durable_agent.core.context import (
         OVERFLOW_TARGETS,
         ContextLedger,
@@ -35,8 +35,6 @@ from durable_agent.workflows.calls import CallRunner, RunFailed, failure_message
 from durable_agent.workflows.log_keeper import LogKeeper
 from durable_agent.workflows.presence import Presence
 
-# The activity error type of a request larger than the model's window (``activities/model_call.py``).
-CONTEXT_OVERFLOW = "ContextOverflow"
 # How many times a request the provider found too large is compacted harder and made again.
 MAX_OVERFLOW_RETRIES = len(OVERFLOW_TARGETS)
 

@@ -14,7 +14,7 @@ from temporalio.common import SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.run_api import SA_RUN_STATUS, SA_SESSION_ID
+    from durable_agent.core.run_api import AWAITING_APPROVAL, AWAITING_PROMPT, SA_RUN_STATUS, SA_SESSION_ID
 
 from durable_agent.workflows.calls import Cancellation
 
@@ -22,8 +22,6 @@ SESSION_ID_KEY = SearchAttributeKey.for_keyword(SA_SESSION_ID)
 RUN_STATUS_KEY = SearchAttributeKey.for_keyword(SA_RUN_STATUS)
 
 EXECUTING = "executing"
-AWAITING_APPROVAL = "awaiting_approval"
-AWAITING_PROMPT = "awaiting_prompt"  # a run with follow-ups, after its answer
 
 
 class Presence:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from mcp import types
+
+from durable_agent.core.canonical import CanonicalJsonError, canonical_bytes
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,12 @@ def render_result(result: types.CallToolResult) -> str:
 
 
 def canonical_json(value: Any) -> str:
-    """``value`` as JSON with sorted keys and no spaces, so equal values read the same."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """``value`` as canonical JSON (the contract's), so equal values read the same; a value
+    that has none (NaN, too deep) as Python shows it."""
+    try:
+        return canonical_bytes(value).decode()
+    except CanonicalJsonError:
+        return repr(value)
 
 
 def _block_text(block: types.ContentBlock) -> str:

@@ -11,6 +11,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from durable_agent.client import connect
 from durable_agent.core.run_api import (
+    AWAITING_APPROVAL,
     QUERY_STATUS,
     SA_RUN_STATUS,
     UPDATE_APPROVE,
@@ -19,8 +20,6 @@ from durable_agent.core.run_api import (
     PendingApproval,
     RunStatusView,
 )
-
-AWAITING = "awaiting_approval"
 
 
 def _line(workflow_id: str, p: PendingApproval) -> str:
@@ -46,7 +45,7 @@ async def list_approvals(args: argparse.Namespace) -> int:
     if args.workflow_id:
         ids = [args.workflow_id]
     else:
-        query = f'{SA_RUN_STATUS} = "{AWAITING}" AND ExecutionStatus = "Running"'
+        query = f'{SA_RUN_STATUS} = "{AWAITING_APPROVAL}" AND ExecutionStatus = "Running"'
         ids = [w.id async for w in client.list_workflows(query)]
     rows = [_line(wid, p) for wid in ids for p in await _pending(client, wid)]
     print("\n".join(rows) if rows else "no calls are waiting for approval")

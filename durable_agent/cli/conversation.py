@@ -33,7 +33,7 @@ from durable_agent.client import (
 from durable_agent.client import task_queue as default_task_queue
 from durable_agent.core.errors import validation_message
 from durable_agent.core.models import EndEvent, EventRecord
-from durable_agent.core.run_api import QUERY_STATUS, AgentRunResult, RunStatusView
+from durable_agent.core.run_api import AWAITING_PROMPT, QUERY_STATUS, AgentRunResult, RunStatusView
 
 Network = Callable[[Callable[[argparse.Namespace], Coroutine[Any, Any, int]]], Callable[..., int]]
 
@@ -84,7 +84,7 @@ async def _chat(args: argparse.Namespace) -> int:
         if ended:
             break
         view = await handle.query(QUERY_STATUS, result_type=RunStatusView)
-        if view.status != "awaiting_prompt":
+        if view.status != AWAITING_PROMPT:
             break  # the workflow closed without an end event (refused)
         line = _read_line()
         if line is None or line.strip() == "/end":

@@ -44,6 +44,8 @@ from durable_agent.core.models import (
 )
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_api import (
+    AWAITING_APPROVAL,
+    AWAITING_PROMPT,
     AgentRunResult,
     Budget,
     CarriedState,
@@ -568,9 +570,9 @@ class LoopState:
     ) -> RunStatusView:
         status: str = self.final_status or self.status
         if pending_approvals:
-            status = "awaiting_approval"
+            status = AWAITING_APPROVAL
         elif awaiting_prompt:
-            status = "awaiting_prompt"
+            status = AWAITING_PROMPT
         return RunStatusView(
             session_id=self.plan.session_id,
             run_id=self.plan.run_id,

@@ -46,6 +46,10 @@ SIGNAL_END = "end"  # close a conversation that waits for a prompt
 # Search attributes the worker registers (Keyword) and the workflow keeps current.
 SA_SESSION_ID = "AgentSessionId"
 SA_RUN_STATUS = "AgentRunStatus"
+# What ``AgentRunStatus`` and the ``status`` query say of a run that waits for a person: to
+# decide on a call, or (a run with follow-ups, after its answer) to give the next prompt.
+AWAITING_APPROVAL = "awaiting_approval"
+AWAITING_PROMPT = "awaiting_prompt"
 
 FinalStatus = Literal["completed", "failed", "cancelled", "budget_exhausted"]
 
