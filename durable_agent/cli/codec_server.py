@@ -73,10 +73,12 @@ class CodecServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: CodecServer
     server_version = "durable-agent-codec-server"
-    sys_version = ""
     protocol_version = "HTTP/1.1"  # keep-alive: the UI sends many small requests
     timeout = 30  # a client that stops sending mid-request does not hold a thread for ever
     _payload_count: int | None = None
+
+    def version_string(self) -> str:
+        return self.server_version  # not Python's version: nothing for a prober to go on
 
     # --- the verbs ---
 
