@@ -11,11 +11,12 @@ import logging
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
@@ -30,6 +31,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
 )
+from temporalio.converter import DataConverter
 from temporalio.envconfig import ClientConfig
 from temporalio.exceptions import CancelledError
 from temporalio.service import RPCError
@@ -307,6 +309,7 @@ async def _follow(
     until_prompt: bool = False,
 ) -> AsyncIterator[EventRecord | LiveText]:
     idle_polls = 0
+    heartbeats = _HeartbeatReader()
     shown: LiveText | None = None
     while True:
         try:
@@ -343,22 +346,34 @@ async def _follow(
                 desc = await handle.describe()
                 if desc.status != WorkflowExecutionStatus.RUNNING:
                     return
-                live = await _live_text(desc) if live_text else None
+                live = await _live_text(desc, heartbeats) if live_text else None
                 if live is not None and live != shown and live.text:
                     shown = live
                     yield live
         await asyncio.sleep(poll_seconds)
 
 
-async def _live_text(desc: WorkflowExecutionDescription) -> LiveText | None:
-    """The streaming text of the model call in flight, from its latest heartbeat (decrypted
-    with the keys of the config ``AGENT_CONFIG`` names, when ``[codec]`` has any)."""
+class _HeartbeatReader:
+    """Decodes a model call's heartbeats with the keys of the config ``AGENT_CONFIG`` names
+    (when ``[codec]`` has any), read once, when the first heartbeat needs it."""
+
+    def __init__(self) -> None:
+        self._converter: DataConverter | None = None
+
+    async def live_text(self, payloads: Sequence[Payload]) -> LiveText:
+        if self._converter is None:
+            self._converter = data_converter(load_config().codec)
+        [live] = await self._converter.decode(payloads, [LiveText])
+        return cast(LiveText, live)
+
+
+async def _live_text(desc: WorkflowExecutionDescription, heartbeats: _HeartbeatReader) -> LiveText | None:
+    """The streaming text of the model call in flight, from its latest heartbeat."""
     for pending in desc.raw_description.pending_activities:
         if pending.activity_type.name != MODEL_CALL.name or not pending.heartbeat_details.payloads:
             continue
         try:
-            converter = data_converter(load_config().codec)
-            [live] = await converter.decode(pending.heartbeat_details.payloads, [LiveText])
+            live = await heartbeats.live_text(pending.heartbeat_details.payloads)
         except Exception:
             return None
         # details left over from a failed attempt are stale until the new one heartbeats
