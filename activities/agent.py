@@ -42,6 +42,7 @@ from durable_agent.config import (
     PostgresStoreConfig,
     SinkConfig,
     dsn_from_environment,
+    takes_images,
 )
 from durable_agent.telemetry_spans import ActivityTelemetry
 
@@ -101,7 +102,13 @@ class AgentActivities:
         # the parts, sharing the pieces above (the same dicts: a tool added later is seen)
         self.planner = RunPlanner(config, self.providers, self.tools, self.sinks, self.mcp)
         self.model_calls = ModelCalls(
-            self.providers, self.states, self.store, self.redact, self.telemetry, self.mcp
+            self.providers,
+            self.states,
+            self.store,
+            self.redact,
+            self.telemetry,
+            self.mcp,
+            takes_images=lambda model: takes_images(config, model),
         )
         self.tool_calls = ToolCalls(self.tools, self.store, self.redact, self.telemetry)
         self.run_logs = RunLogs(self.store, self.states, self.sinks, self.telemetry)

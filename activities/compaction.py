@@ -13,9 +13,15 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.model_call import ModelCalls, provider_failure
+from durable_agent.activities.providers.anthropic_wire import thinking_budget
 from durable_agent.activities.providers.base import ProviderError
 from durable_agent.activities.support import heartbeating, usage_error
-from durable_agent.config import AgentConfig, HttpProviderConfig, ScriptedProviderConfig
+from durable_agent.config import (
+    AgentConfig,
+    AnthropicProviderConfig,
+    HttpProviderConfig,
+    ScriptedProviderConfig,
+)
 from durable_agent.core.activity_api import COMPACT, CompactInput, CompactOutput, ModelCallInput
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.context import (
@@ -58,7 +64,11 @@ def context_policy(config: AgentConfig, model: str) -> ContextPolicy | None:
             or known_window(name)
             or FALLBACK_WINDOW
         )
-        reserve = provider.settings_for(name).max_tokens or DEFAULT_RESERVE
+        settings = provider.settings_for(name)
+        reserve = settings.max_tokens or DEFAULT_RESERVE
+        if isinstance(provider, AnthropicProviderConfig):
+            # with extended thinking a request asks for max_tokens plus the thinking budget
+            reserve += thinking_budget(settings) or 0
     if window is None:
         return None
     ctx = config.context

@@ -8,7 +8,7 @@ is the path every current run takes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -16,15 +16,23 @@ from temporalio.exceptions import ApplicationError
 from durable_agent.activities.mcp.catalog import McpCatalog
 from durable_agent.activities.providers.base import ModelProvider, ProviderError
 from durable_agent.activities.redact import Redactor
-from durable_agent.activities.staging import stage
+from durable_agent.activities.staging import filled_images, stage
 from durable_agent.activities.store.base import SessionStore
 from durable_agent.activities.store.cache import RunStates
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
 from durable_agent.core.activity_api import CONTEXT_OVERFLOW, ModelCallInput, ModelStepInput
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.context import last_view, model_messages
+from durable_agent.core.images import without_images
 from durable_agent.core.json_limits import TOOL_ARGUMENTS_MAX_DEPTH, JsonLimitError, check_value
-from durable_agent.core.models import ContextView, LiveText, Message, ModelResponse, ToolsUnavailable
+from durable_agent.core.models import (
+    ContextView,
+    LiveText,
+    Message,
+    ModelResponse,
+    ThinkingBlock,
+    ToolsUnavailable,
+)
 from durable_agent.core.run_log import LogDelta, LogRef, StateMissing
 from durable_agent.telemetry_spans import ActivityTelemetry, ModelCallSpan
 
@@ -68,6 +76,21 @@ def without(call: ModelCallInput, gaps: list[ToolsUnavailable]) -> ModelCallInpu
     )
 
 
+def unsigned_where_changed(original: Message, redacted: Message) -> Message:
+    """``redacted`` with the signature dropped from each thinking block that redaction changed.
+
+    A signature vouches for the exact thinking text: sent back with other text, the provider
+    refuses the whole conversation. Without it, the block is kept (readable, redacted) but not
+    sent back, and the provider is asked without thinking where it would need it.
+    """
+    blocks = []
+    for before, after in zip(original.content, redacted.content, strict=True):
+        if isinstance(after, ThinkingBlock) and after.signature is not None and after != before:
+            after = after.model_copy(update={"signature": None})
+        blocks.append(after)
+    return redacted.model_copy(update={"content": tuple(blocks)})
+
+
 class ModelCalls:
     """Asks the configured providers for a run's next step."""
 
@@ -79,8 +102,11 @@ class ModelCalls:
         redact: Redactor,
         telemetry: ActivityTelemetry | None = None,
         mcp: McpCatalog | None = None,
+        takes_images: Callable[[str], bool] = lambda model: False,
     ) -> None:
         self.providers = providers
+        # whether "provider/model" takes images (its ``attachment`` setting)
+        self.takes_images = takes_images
         self.states = states
         self.store = store
         self.redact = redact
@@ -92,6 +118,7 @@ class ModelCalls:
         provider, model = self._provider(inp.model)
         call = await self._conversation(inp)
         session = (await self.states.header(inp.run_id)).session_id  # cached by the conversation's read
+        call = call.model_copy(update={"session_id": session})
         gaps = await self.mcp.unavailable(t.name for t in call.tools) if self.mcp else []
         if not gaps:
             return await self._answer(provider, model, call, session)
@@ -115,10 +142,21 @@ class ModelCalls:
         return provider, model
 
     async def _conversation(self, inp: ModelStepInput) -> ModelCallInput:
-        """The request: the transcript (log and pending) as the newest context view shows it."""
+        """The request: the transcript (log and pending) as the newest context view shows it,
+        with its images' data (or, for a model that takes none, a note in their place)."""
         call, view = await self.transcript(inp.run_id, inp.model, inp.log, inp.pending)
         steps = sum(1 for m in call.messages if m.role == "assistant")
-        return call.model_copy(update={"messages": tuple(model_messages(call.messages, view)), "step": steps})
+        messages = await self.shown_images(call.run_id, call.model, model_messages(call.messages, view))
+        return call.model_copy(update={"messages": tuple(messages), "step": steps})
+
+    async def shown_images(self, run_id: str, model: str, messages: list[Message]) -> list[Message]:
+        """``messages`` with their images' data read back from the store for a model that
+        takes images (``attachment``), and with a note in their place for any other."""
+        if not any(m.images() for m in messages):
+            return messages
+        if not self.takes_images(model):
+            return without_images(messages, model)
+        return await filled_images(self.store, run_id, messages)
 
     async def transcript(
         self, run_id: str, model: str, log: LogRef, pending: LogDelta
@@ -173,8 +211,10 @@ class ModelCalls:
                     non_retryable=True,
                 ) from None
         if self.redact:
-            clean = self.redact.json_text(response.message.model_dump_json())
-            response = response.model_copy(update={"message": Message.model_validate_json(clean)})
+            clean = Message.model_validate_json(self.redact.json_text(response.message.model_dump_json()))
+            response = response.model_copy(
+                update={"message": unsigned_where_changed(response.message, clean)}
+            )
         observed.answered(response)
         message = canonical_bytes(response.message).decode()
         size = len(message.encode())

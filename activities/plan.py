@@ -14,7 +14,7 @@ from durable_agent.activities.providers.base import ModelProvider
 from durable_agent.activities.sinks import ExportSink
 from durable_agent.activities.support import usage_error
 from durable_agent.activities.tools.base import Tool
-from durable_agent.config import AgentConfig, model_prices
+from durable_agent.config import AgentConfig, ModelPrices, model_prices
 from durable_agent.core.activity_api import RESOLVE_RUN, ResolveInput
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_api import RunSettings
@@ -91,9 +91,9 @@ class RunPlanner:
         config = self.config
         provider_name, _, name = model.partition("/")
         provider = config.providers.get(provider_name)
-        inp, out = model_prices(provider, name) if provider is not None else (None, None)
+        prices = model_prices(provider, name) if provider is not None else ModelPrices()
         max_cost = run.max_cost_usd or config.budgets.max_cost_usd
-        if max_cost is not None and (inp is None or out is None):
+        if max_cost is not None and (prices.input is None or prices.output is None):
             raise usage_error(
                 f"max_cost_usd is set but model {model!r} has no prices: set input_usd_per_mtok and "
                 f"output_usd_per_mtok on [providers.{provider_name}] or "
@@ -103,6 +103,8 @@ class RunPlanner:
             "idle_timeout_seconds": run.idle_timeout_seconds or config.conversation.idle_timeout_seconds,
             "max_total_tokens": run.max_total_tokens or config.budgets.max_total_tokens,
             "max_cost_usd": max_cost,
-            "input_usd_per_mtok": inp,
-            "output_usd_per_mtok": out,
+            "input_usd_per_mtok": prices.input,
+            "output_usd_per_mtok": prices.output,
+            "cache_read_usd_per_mtok": prices.cache_read,
+            "cache_write_usd_per_mtok": prices.cache_write,
         }

@@ -17,7 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.sinks import ExportSink, SinkError, read_export_file
-from durable_agent.activities.staging import staged_text
+from durable_agent.activities.staging import filled_images, staged_text
 from durable_agent.activities.store.base import SessionStore
 from durable_agent.activities.store.cache import RunStates
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
@@ -273,7 +273,9 @@ class RunLogs:
             run_log = await self.states.read(inp.log)
         except StateMissing as exc:
             raise state_missing(exc) from None
-        payload = export_payload(header, run_log, await self.states.prior_runs(header), inp.facts)
+        # an export is portable: it holds the images whole, not the store's references to them
+        messages = await filled_images(self.store, header.run_id, run_log.messages)
+        payload = export_payload(header, run_log, await self.states.prior_runs(header), inp.facts, messages)
         draft = self.states.encoder(inp.log.run_id).draft(payload)
         content, logical, snapshot = await asyncio.gather(
             *(asyncio.to_thread(hash_pieces, stream) for stream in draft.streams())

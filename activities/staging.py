@@ -1,11 +1,15 @@
 """Staging: a long tool output or model message kept in the session store by the activity that
-made it, so that the save after it names the text by digest instead of carrying it again."""
+made it, so that the save after it names the text by digest instead of carrying it again; and a
+tool's images, kept there so that history holds only their digests (``core/images.py``)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from durable_agent.activities.store.base import SessionStore
+from durable_agent.core.images import referenced_digests, with_image_data
+from durable_agent.core.models import ImageBlock, Message
 from durable_agent.core.run_log import STAGE_MIN_BYTES, text_digest
 
 log = logging.getLogger(__name__)
@@ -33,3 +37,32 @@ async def staged_text(store: SessionStore, run_id: str, digest: str) -> str | No
     """The text staged under ``digest``, if the store holds it whole (checked against the digest)."""
     text = await store.staged_text(run_id, digest)
     return text if text is not None and text_digest(text) == digest else None
+
+
+async def stage_images(
+    store: SessionStore, run_id: str, images: Sequence[ImageBlock]
+) -> tuple[ImageBlock, ...]:
+    """Keep each image's data in the store; the images as references (what history holds).
+
+    Unlike a long text, an image is not also in the activity's result, so a store that
+    fails here fails the call (Temporal retries it) rather than lose the image.
+    """
+    for image in images:
+        if not image.is_reference:
+            await store.stage_text(run_id, image.digest, image.data)
+    return tuple(i.reference() for i in images)
+
+
+async def filled_images(store: SessionStore, run_id: str, messages: Sequence[Message]) -> list[Message]:
+    """``messages`` with the data of their referenced images read back from the store."""
+    digests = referenced_digests(messages)
+    if not digests:
+        return list(messages)
+    found = {}
+    for digest in digests:
+        data = await staged_text(store, run_id, digest)
+        if data is not None:
+            found[digest] = data
+        else:
+            log.warning("run %s: the store no longer holds image %s", run_id, digest)
+    return with_image_data(messages, found)

@@ -12,13 +12,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.redact import Redactor
-from durable_agent.activities.staging import stage, staged_text
+from durable_agent.activities.staging import stage, stage_images, staged_text
 from durable_agent.activities.store.base import SessionStore
 from durable_agent.activities.support import heartbeating, state_missing
-from durable_agent.activities.tools.base import Tool, ToolFailure
+from durable_agent.activities.tools.base import Tool, ToolContent, ToolFailure
 from durable_agent.activities.tools.path_guard import READ_DENIED, check_resolved, read_denier
 from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
-from durable_agent.core.models import Message
+from durable_agent.core.models import ImageBlock, Message
 from durable_agent.core.run_log import StateMissing
 from durable_agent.core.tool_specs import ToolCallError, validate_args
 from durable_agent.telemetry_spans import ActivityTelemetry, ToolCallSpan
@@ -78,8 +78,14 @@ class ToolCalls:
                 type=type(exc).__name__,
                 non_retryable=not tool.spec.repeatable,
             ) from None
+        images: tuple[ImageBlock, ...] = ()
+        if isinstance(content, ToolContent):
+            # kept in the store before the call returns: the history will hold only their digests
+            images = await heartbeating(stage_images(self.store, inp.run_id, content.images))
+            content = content.text
         content = self.redact(content)
-        return ToolOutput(content=content, staged=await stage(self.store, inp.run_id, content))
+        staged = await stage(self.store, inp.run_id, content)
+        return ToolOutput(content=content, staged=staged, images=images)
 
     async def _staged_arguments(self, inp: ToolCallInput) -> dict[str, Any]:
         """The call's arguments, from the model message the model activity staged."""

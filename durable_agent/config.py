@@ -40,20 +40,43 @@ class ScriptedProviderConfig(_Strict):
     # Prices for the run's cost budget, as on HTTP providers.
     input_usd_per_mtok: float | None = Field(None, ge=0)
     output_usd_per_mtok: float | None = Field(None, ge=0)
+    cache_read_usd_per_mtok: float | None = Field(None, ge=0)
+    cache_write_usd_per_mtok: float | None = Field(None, ge=0)
     # The model's context window in tokens; unset, a scripted run's context is not managed.
     context_window: int | None = Field(None, ge=1)
+    # The scripted model takes images (tests of what a model with ``attachment`` is sent).
+    attachment: bool = False
+    models: dict[str, ModelSettings] = Field(default_factory=dict)
+
+
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
 class ModelSettings(_Strict):
-    """Overrides for one model of an HTTP provider; unset fields inherit the provider's."""
+    """Overrides for one model of a provider; unset fields inherit the provider's."""
 
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0)
     headers: dict[str, str] = Field(default_factory=dict)
     context_window: int | None = Field(None, ge=1)  # tokens; unset: the provider's, or the table's
-    # USD per million prompt / completion tokens: a run's cost budget (``max_cost_usd``)
+    # USD per million prompt / completion tokens: a run's cost budget (``max_cost_usd``); prompt
+    # tokens read from or written to the provider's cache at their own prices (unset: the input's)
     input_usd_per_mtok: float | None = Field(None, ge=0)
     output_usd_per_mtok: float | None = Field(None, ge=0)
+    cache_read_usd_per_mtok: float | None = Field(None, ge=0)
+    cache_write_usd_per_mtok: float | None = Field(None, ge=0)
+    # A reasoning model: its reasoning is kept and passed back on every later request
+    # (``thinking`` blocks, ``reasoning_content``, Responses reasoning items).
+    reasoning: bool | None = None
+    # Sent where the API takes it (Chat Completions' ``reasoning_effort``, Responses'
+    # ``reasoning.effort``).
+    reasoning_effort: ReasoningEffort | None = None
+    # Anthropic: extended thinking with this budget; ``max_tokens`` grows to fit it.
+    thinking_budget_tokens: int | None = Field(None, ge=1024)
+    # The model takes images: a tool's image reaches it as an image, not as a note.
+    attachment: bool | None = None
+    # Prompt caching: Anthropic ``cache_control`` breakpoints, OpenAI's ``prompt_cache_key``.
+    prompt_cache: bool | None = None
 
 
 class ResolvedModelSettings(_Strict):
@@ -62,6 +85,16 @@ class ResolvedModelSettings(_Strict):
     max_tokens: int | None
     temperature: float | None
     headers: dict[str, str]
+    reasoning: bool = False
+    reasoning_effort: ReasoningEffort | None = None
+    thinking_budget_tokens: int | None = None
+    attachment: bool = False
+    prompt_cache: bool = True
+
+
+def _first(*values: Any) -> Any:
+    """The first value that is set (not None)."""
+    return next((v for v in values if v is not None), None)
 
 
 class HttpProviderConfig(_Strict):
@@ -78,9 +111,18 @@ class HttpProviderConfig(_Strict):
     # The context window of its models (tokens); unset: by model family
     # (``durable_agent.core.context.KNOWN_WINDOWS``), else 32,000.
     context_window: int | None = Field(None, ge=1)
-    # USD per million prompt / completion tokens, for all its models (a model's own wins)
+    # USD per million prompt / completion / cache-read / cache-write tokens, for all its models
+    # (a model's own wins); unset cache prices: cached tokens are priced as input
     input_usd_per_mtok: float | None = Field(None, ge=0)
     output_usd_per_mtok: float | None = Field(None, ge=0)
+    cache_read_usd_per_mtok: float | None = Field(None, ge=0)
+    cache_write_usd_per_mtok: float | None = Field(None, ge=0)
+    # For all its models, as on ``ModelSettings`` (a model's own wins).
+    reasoning: bool = False
+    reasoning_effort: ReasoningEffort | None = None
+    thinking_budget_tokens: int | None = Field(None, ge=1024)
+    attachment: bool = False
+    prompt_cache: bool = True
 
     @field_validator("base_url")
     @classmethod
@@ -95,9 +137,14 @@ class HttpProviderConfig(_Strict):
         headers = {k.lower(): v for k, v in self.headers.items()}
         headers.update({k.lower(): v for k, v in own.headers.items()})
         return ResolvedModelSettings(
-            max_tokens=own.max_tokens if own.max_tokens is not None else self.max_tokens,
-            temperature=own.temperature if own.temperature is not None else self.temperature,
+            max_tokens=_first(own.max_tokens, self.max_tokens),
+            temperature=_first(own.temperature, self.temperature),
             headers=headers,
+            reasoning=_first(own.reasoning, self.reasoning),
+            reasoning_effort=_first(own.reasoning_effort, self.reasoning_effort),
+            thinking_budget_tokens=_first(own.thinking_budget_tokens, self.thinking_budget_tokens),
+            attachment=_first(own.attachment, self.attachment),
+            prompt_cache=_first(own.prompt_cache, self.prompt_cache),
         )
 
 
@@ -110,6 +157,10 @@ class OpenAIProviderConfig(HttpProviderConfig):
     api_key_env: str | None = None
     # Unset: the server's default (reasoning models refuse an explicit ``max_tokens``).
     max_tokens: int | None = Field(None, ge=1)
+    # "chat": ``/chat/completions`` (OpenAI and every compatible server); "responses":
+    # OpenAI's ``/responses``, the only way GPT-5 and o-series keep their reasoning between
+    # tool calls (encrypted reasoning items under ``store: false``).
+    api: Literal["chat", "responses"] = "chat"
 
 
 class AnthropicProviderConfig(HttpProviderConfig):
@@ -204,14 +255,44 @@ class BudgetsConfig(_Strict):
     max_cost_usd: float | None = Field(None, gt=0)
 
 
-def model_prices(provider: ProviderConfig, model: str) -> tuple[float | None, float | None]:
-    """USD per million prompt and completion tokens of ``model``: its own, else its provider's."""
-    inp, out = provider.input_usd_per_mtok, provider.output_usd_per_mtok
-    own = provider.models.get(model) if not isinstance(provider, ScriptedProviderConfig) else None
-    if own is not None:
-        inp = own.input_usd_per_mtok if own.input_usd_per_mtok is not None else inp
-        out = own.output_usd_per_mtok if own.output_usd_per_mtok is not None else out
-    return inp, out
+class ModelPrices(_Strict):
+    """USD per million tokens of one model; cache prices unset: those tokens cost the input's."""
+
+    input: float | None = None
+    output: float | None = None
+    cache_read: float | None = None
+    cache_write: float | None = None
+
+
+def model_prices(provider: ProviderConfig, model: str) -> ModelPrices:
+    """The prices of ``model``: its own, else its provider's."""
+    own = provider.models.get(model, ModelSettings())
+    return ModelPrices(
+        input=_first(own.input_usd_per_mtok, provider.input_usd_per_mtok),
+        output=_first(own.output_usd_per_mtok, provider.output_usd_per_mtok),
+        cache_read=_first(own.cache_read_usd_per_mtok, provider.cache_read_usd_per_mtok),
+        cache_write=_first(own.cache_write_usd_per_mtok, provider.cache_write_usd_per_mtok),
+    )
+
+
+def takes_images(config: AgentConfig, qualified: str) -> bool:
+    """Whether "provider/model" takes images (its ``attachment`` setting)."""
+    provider_name, _, model = qualified.partition("/")
+    provider = config.providers.get(provider_name)
+    return provider is not None and model_settings(provider, model).attachment
+
+
+def model_settings(provider: ProviderConfig, model: str) -> ResolvedModelSettings:
+    """What a call to ``model`` sends (the scripted provider: only whether it takes images)."""
+    if isinstance(provider, ScriptedProviderConfig):
+        own = provider.models.get(model, ModelSettings())
+        return ResolvedModelSettings(
+            max_tokens=None,
+            temperature=None,
+            headers={},
+            attachment=_first(own.attachment, provider.attachment),
+        )
+    return provider.settings_for(model)
 
 
 class ContextConfig(_Strict):

@@ -32,7 +32,14 @@ from temporalio.exceptions import ApplicationError
 from durable_agent.config import TelemetryConfig
 from durable_agent.core import metrics as m
 from durable_agent.core.activity_api import CONTEXT_OVERFLOW, ModelCallInput, ToolCallInput, ToolOutput
-from durable_agent.core.models import Message, ModelResponse, TextBlock, ToolUseBlock
+from durable_agent.core.models import (
+    Message,
+    ModelResponse,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from durable_agent.telemetry import AgentMetrics
 
 TRACER_NAME = "durable_agent"
@@ -70,10 +77,12 @@ def messages_json(messages: tuple[Message, ...] | list[Message], finish_reason: 
                 parts.append(
                     {"type": "tool_call", "id": block.id, "name": block.name, "arguments": block.input}
                 )
-            else:
+            elif isinstance(block, ToolResultBlock):
                 parts.append(
                     {"type": "tool_call_response", "id": block.tool_use_id, "response": block.content}
                 )
+            elif isinstance(block, ThinkingBlock):
+                parts.append({"type": "reasoning", "content": block.thinking})
         entry: dict[str, Any] = {"role": message.role, "parts": parts}
         if finish_reason is not None:
             entry["finish_reason"] = finish_reason

@@ -254,7 +254,8 @@ def compactions(events: tuple[EventRecord, ...] | list[EventRecord]) -> list[Con
 
 
 def request_key(call: ModelCallInput) -> bytes:
-    return canonical_bytes(call.model_dump(mode="json", exclude={"run_id"}))
+    # the request the model is sent; the session (the prompt cache's key) is the resumed run's own
+    return canonical_bytes(call.model_dump(mode="json", exclude={"run_id", "session_id"}))
 
 
 async def run_reads(

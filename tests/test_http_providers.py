@@ -378,13 +378,31 @@ WIRE_FORMATS = [
             headers={"x-api-key": SECRET, "anthropic-version": "2023-06-01"},
             not_headers=("authorization",),
             body={
-                "system": "You are terse.",
+                # prompt caching (on by default): breakpoints on the last tool, the system
+                # prompt and the last block of each of the two newest user messages
+                "system": [
+                    {"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}
+                ],
                 "max_tokens": 4096,
                 "tools": [
-                    {"name": "read", "description": "Read a file.", "input_schema": READ_TOOL.input_schema}
+                    {
+                        "name": "read",
+                        "description": "Read a file.",
+                        "input_schema": READ_TOOL.input_schema,
+                        "cache_control": {"type": "ephemeral"},
+                    }
                 ],
                 "messages": [
-                    {"role": "user", "content": [{"type": "text", "text": "Read both files"}]},
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "text",
+                                "text": "Read both files",
+                                "cache_control": {"type": "ephemeral"},
+                            }
+                        ],
+                    },
                     {
                         "role": "assistant",
                         "content": [
@@ -407,6 +425,7 @@ WIRE_FORMATS = [
                                 "tool_use_id": "r2",
                                 "content": "no such file",
                                 "is_error": True,
+                                "cache_control": {"type": "ephemeral"},
                             },
                         ],
                     },

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from durable_agent.activities.tools import ToolFailure, builtin_tools
-from durable_agent.activities.tools.base import confine
+from durable_agent.activities.tools.base import confine, text_of
 from durable_agent.config import ConfigError, FilesystemSinkConfig, ScriptedProviderConfig, load_config
 from durable_agent.core.permissions import InvalidRule, PermissionPolicy, parse_rule
 from durable_agent.core.tool_args import READ_MAX_BYTES
@@ -99,11 +99,11 @@ def test_policy_refuses_invalid_rules_when_built() -> None:
 
 
 async def read(ws: Path, **args: object) -> str:
-    return await builtin_tools()["read"].run(ReadArgs.model_validate(args), ws)
+    return text_of(await builtin_tools()["read"].run(ReadArgs.model_validate(args), ws))
 
 
 async def ls(ws: Path, **args: object) -> str:
-    return await builtin_tools()["ls"].run(LsArgs.model_validate(args), ws)
+    return text_of(await builtin_tools()["ls"].run(LsArgs.model_validate(args), ws))
 
 
 async def test_read_numbers_lines_pages_and_caps(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools import ToolFailure, builtin_tools, sandbox
+from durable_agent.activities.tools.base import text_of
 from durable_agent.client import run_result, start_run
 from durable_agent.config import ConfigError, SandboxConfig, load_config
 from durable_agent.core.run_api import AgentRunInput
@@ -46,7 +47,7 @@ WORKER_REFUSAL = (
 
 async def bash(ws: Path, command: str, settings: SandboxConfig | None = None, **args: Any) -> str:
     tool = builtin_tools(settings or SandboxConfig())["bash"]
-    return await tool.run(validate_args(tool.spec, {"command": command, **args}), ws)
+    return text_of(await tool.run(validate_args(tool.spec, {"command": command, **args}), ws))
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from temporalio.client import Client
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools import Tool, ToolFailure, builtin_tools
 from durable_agent.activities.tools import search as tools_search
-from durable_agent.activities.tools.base import stoppable
+from durable_agent.activities.tools.base import stoppable, text_of
 from durable_agent.client import run_result
 from durable_agent.core.models import ToolResultBlock
 from durable_agent.core.run_api import RunStatusView
@@ -36,7 +36,7 @@ DONE_WITHIN = 10  # seconds: a backtracking engine needs hours for these
 async def run(ws: Path, name: str, **args: Any) -> str:
     """Validate like the activity does, then run the tool, under the generous bound."""
     call = TOOLS[name].run(validate_args(TOOLS[name].spec, args), ws)
-    return await asyncio.wait_for(call, DONE_WITHIN)
+    return text_of(await asyncio.wait_for(call, DONE_WITHIN))
 
 
 def files(tmp_path: Path, content: dict[str, str]) -> Path:

@@ -19,6 +19,7 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools import Tool, ToolFailure, builtin_tools
 from durable_agent.activities.tools import bash as tools_bash
 from durable_agent.activities.tools import search as tools_search
+from durable_agent.activities.tools.base import text_of
 from durable_agent.activities.tools.bash import _group_alive
 from durable_agent.client import run_result
 from durable_agent.config import SandboxConfig
@@ -41,7 +42,7 @@ UNSANDBOXED = builtin_tools(SandboxConfig(kind="none"))
 
 async def run(ws: Path, name: str, *, tools: dict[str, Tool] = TOOLS, **args: Any) -> str:
     """Validate like the activity does, then run the tool."""
-    return await tools[name].run(validate_args(tools[name].spec, args), ws)
+    return text_of(await tools[name].run(validate_args(tools[name].spec, args), ws))
 
 
 @pytest.fixture

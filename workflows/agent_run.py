@@ -339,7 +339,9 @@ class AgentRun:
             output = await self._tool_step(state, call)
             # the tool activity's own time, from the history, when it ran (see ToolOutput)
             at_ms = output.completed_at_ms
-            state.add_tool_result(call, output.content, output.is_error, at_ms or now_ms(), output.staged)
+            state.add_tool_result(
+                call, output.content, output.is_error, at_ms or now_ms(), output.staged, output.images
+            )
             await self._log.boundary(state, at_ms)
             if self._starter.should_continue_as_new(state):
                 await self._starter.continue_as_new(state)

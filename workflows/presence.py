@@ -70,6 +70,13 @@ class Presence:
                     f"context: {view.context_tokens} of {view.context_window} tokens · "
                     f"compactions {view.compactions}"
                 )
+            if view.usage.total_tokens:
+                cost = f" · cost ${view.cost_usd:.4f}" if view.cost_usd is not None else ""
+                usage = view.usage
+                parts.append(
+                    f"tokens: {usage.total_tokens} · prompt {usage.prompt_tokens} "
+                    f"(cache read {usage.cache_read_tokens}, write {usage.cache_write_tokens}){cost}"
+                )
             if view.last_content_digest:
                 parts.append(f"last export: `{view.last_content_digest}`")
             parts.append(f"prompt: {prompt}")

@@ -31,7 +31,7 @@ from durable_agent.activities.mcp.connection import (
     McpToolInfo,
     McpUnavailable,
 )
-from durable_agent.activities.tools.base import Tool, ToolFailure
+from durable_agent.activities.tools.base import Tool, ToolContent, ToolFailure
 from durable_agent.config import McpServerConfig
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.json_limits import JsonLimitError, check_value
@@ -105,7 +105,7 @@ def mcp_tool(server: McpServer, config: McpServerConfig, info: McpToolInfo) -> T
         schema=schema,
     )
 
-    async def run(args: JsonArgs, workspace: Path) -> str:
+    async def run(args: JsonArgs, workspace: Path) -> str | ToolContent:
         try:
             result = await server.call_tool(info.name, args.given())
         except McpUnavailable as exc:
@@ -119,6 +119,8 @@ def mcp_tool(server: McpServer, config: McpServerConfig, info: McpToolInfo) -> T
             ) from None
         if result.is_error:
             raise ToolFailure(bounded(result.text) or f"{info.name} failed (the MCP server gave no reason)")
+        if result.images:
+            return ToolContent(bounded(result.text), result.images)
         return bounded(result.text)
 
     return Tool(spec, run)

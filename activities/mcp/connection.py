@@ -23,9 +23,10 @@ from mcp import Client, types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from durable_agent.activities.mcp.render import McpToolInfo, render_result, tool_info
+from durable_agent.activities.mcp.render import McpToolInfo, render_result, result_images, tool_info
 from durable_agent.activities.mcp.session import ConnectFailed, McpSession
 from durable_agent.config import ConfigError, McpServerConfig
+from durable_agent.core.models import ImageBlock
 
 __all__ = ["McpCallResult", "McpCrashed", "McpServer", "McpToolInfo", "McpUnavailable"]
 
@@ -43,6 +44,7 @@ class McpCallResult:
 
     text: str  # the result rendered as text (``render.render_result``), or the error's message
     is_error: bool  # the server said isError, or answered the request with a JSON-RPC error
+    images: tuple[ImageBlock, ...] = ()  # its images a model can be shown (``render.result_images``)
 
 
 class McpUnavailable(Exception):
@@ -131,7 +133,8 @@ class McpServer:
         if outcome is None:
             return McpCallResult(f"timed out after {timeout:g} s", is_error=True)
         if isinstance(outcome, types.CallToolResult):
-            return McpCallResult(render_result(outcome), is_error=bool(outcome.is_error))
+            images = () if outcome.is_error else result_images(outcome)
+            return McpCallResult(render_result(outcome), is_error=bool(outcome.is_error), images=images)
         if isinstance(outcome, MCPError) and outcome.code != types.CONNECTION_CLOSED:
             return McpCallResult(self._redact(outcome.message or f"error {outcome.code}"), is_error=True)
         if isinstance(outcome, MCPError) or not session.usable:

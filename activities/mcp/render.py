@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from mcp import types
 
 from durable_agent.core.canonical import CanonicalJsonError, canonical_bytes
+from durable_agent.core.images import IMAGE_MAX_BYTES, MediaType, image_block
+from durable_agent.core.models import ImageBlock
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,26 @@ def render_result(result: types.CallToolResult) -> str:
     if not parts and result.structured_content is not None:
         return canonical_json(result.structured_content)
     return "\n".join(parts)
+
+
+def result_images(result: types.CallToolResult) -> tuple[ImageBlock, ...]:
+    """The result's images that a model can be shown: PNG, JPEG, GIF or WebP whose data is
+    base64 and at most ``IMAGE_MAX_BYTES`` (their text mark stays in ``render_result``'s text)."""
+    out = []
+    for block in result.content:
+        if not isinstance(block, types.ImageContent) or block.mime_type not in _IMAGE_TYPES:
+            continue
+        data = "".join(block.data.split())
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except ValueError:
+            continue  # not base64: its text mark says what it was
+        if len(raw) <= IMAGE_MAX_BYTES:
+            out.append(image_block(raw, cast(MediaType, block.mime_type)))
+    return tuple(out)
+
+
+_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
 def canonical_json(value: Any) -> str:

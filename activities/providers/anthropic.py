@@ -1,8 +1,12 @@
 """The ``anthropic`` kind: the Messages wire protocol, streamed, with ``tool_use`` blocks.
 
-The project's message model is this protocol's shape, so messages map block
-for block: text, ``tool_use`` (id, name, input) and ``tool_result`` (with its
-``is_error`` flag); the system prompt is the request's ``system`` field.
+The request is built in ``anthropic_wire``; this module reads the answer's
+events. Extended thinking arrives as ``thinking`` blocks (their text in
+``thinking_delta`` events, their signature in a ``signature_delta``) and
+``redacted_thinking`` blocks (opaque ``data``): they are kept in the answer, in
+the order streamed (before its text and tool calls), as ``ThinkingBlock`` (wire
+``anthropic``) and ``RedactedThinkingBlock``, to be passed back unmodified. Their
+text never reaches ``on_text``, which is the answer's.
 
 Usage: Anthropic counts cached prompt tokens apart from ``input_tokens``; the
 project's ``prompt_tokens`` is every prompt token, as with OpenAI, and the
@@ -15,23 +19,25 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from durable_agent.activities.providers.anthropic_wire import request_body
 from durable_agent.activities.providers.base import TextSink, read_credential
 from durable_agent.activities.providers.http import HttpProvider, checked_key, tool_arguments
 from durable_agent.activities.providers.http_errors import Failures
-from durable_agent.config import AnthropicProviderConfig, ResolvedModelSettings
+from durable_agent.config import AnthropicProviderConfig
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.errors import validation_message
 from durable_agent.core.models import (
+    ContentBlock,
     Message,
     ModelResponse,
+    RedactedThinkingBlock,
     TextBlock,
+    ThinkingBlock,
     TokenUsage,
-    ToolDefinition,
     ToolUseBlock,
 )
 
 ANTHROPIC_VERSION = "2023-06-01"
-DEFAULT_MAX_TOKENS = 4096
 # The error types of in-stream ``error`` events, as the HTTP status each stands for,
 # so that ``errors.is_retryable_status`` decides about them like about any status.
 _ERROR_TYPE_STATUS = {
@@ -46,52 +52,6 @@ _ERROR_TYPE_STATUS = {
     "timeout_error": 504,
     "overloaded_error": 529,
 }
-
-
-def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
-    """The conversation as Messages API messages, block for block."""
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        blocks: list[dict[str, Any]] = []
-        for block in message.content:
-            if isinstance(block, TextBlock):
-                if block.text:  # the API refuses empty text blocks
-                    blocks.append({"type": "text", "text": block.text})
-            elif isinstance(block, ToolUseBlock):
-                blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
-            else:
-                result: dict[str, Any] = {
-                    "type": "tool_result",
-                    "tool_use_id": block.tool_use_id,
-                    "content": block.content,
-                }
-                if block.is_error:
-                    result["is_error"] = True
-                blocks.append(result)
-        out.append({"role": message.role, "content": blocks or [{"type": "text", "text": ""}]})
-    return out
-
-
-def wire_tools(tools: tuple[ToolDefinition, ...]) -> list[dict[str, Any]]:
-    """Tool definitions as Messages API tools."""
-    return [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in tools]
-
-
-def request_body(call: ModelCallInput, model: str, settings: ResolvedModelSettings) -> dict[str, Any]:
-    """The whole request, streamed; ``max_tokens`` is required by the API."""
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": settings.max_tokens or DEFAULT_MAX_TOKENS,
-        "messages": wire_messages(call.messages),
-        "stream": True,
-    }
-    if call.system_prompt:
-        body["system"] = call.system_prompt
-    if call.tools:
-        body["tools"] = wire_tools(call.tools)
-    if settings.temperature is not None:
-        body["temperature"] = settings.temperature
-    return body
 
 
 # --- the stream ----------------------------------------------------------------
@@ -119,12 +79,17 @@ class _ContentBlock(_Wire):
     id: str | None = None
     name: str | None = None
     input: dict[str, Any] | None = None
+    thinking: str | None = None
+    signature: str | None = None
+    data: str | None = None  # a redacted_thinking block's
 
 
 class _Delta(_Wire):
     type: str | None = None
     text: str | None = None
     partial_json: str | None = None
+    thinking: str | None = None
+    signature: str | None = None
     stop_reason: str | None = None
 
 
@@ -151,6 +116,18 @@ class _Block:
         self.name = start.name or ""
         self.start_input = start.input or {}
         self.json: list[str] = []
+        self.thinking: list[str] = [start.thinking] if start.thinking else []
+        self.signature: list[str] = [start.signature] if start.signature else []
+        self.data = start.data
+
+
+# Which block type each delta type adds to: a delta for another is a malformed stream.
+_DELTA_BLOCK = {
+    "text_delta": "text",
+    "input_json_delta": "tool_use",
+    "thinking_delta": "thinking",
+    "signature_delta": "thinking",
+}
 
 
 class StreamState:
@@ -185,11 +162,7 @@ class StreamState:
             current = self.blocks.get(self._index(event))
             if current is None:
                 raise self.failures.unparsable("a content block delta came before its block started", data)
-            if event.delta.type == "text_delta" and event.delta.text:
-                current.text.append(event.delta.text)
-                on_text(event.delta.text)
-            elif event.delta.type == "input_json_delta" and event.delta.partial_json:
-                current.json.append(event.delta.partial_json)
+            self._add(current, event.delta, on_text, data)
         elif event.type == "message_delta":
             if event.delta is not None and event.delta.stop_reason:
                 self.stop_reason = event.delta.stop_reason
@@ -201,6 +174,23 @@ class StreamState:
             self.stopped = True
         # ``ping``, ``content_block_stop`` and event types added later carry nothing needed here.
 
+    def _add(self, block: _Block, delta: _Delta, on_text: TextSink, data: str) -> None:
+        """One delta's piece, added to its block; only answer text goes to ``on_text``."""
+        expected = _DELTA_BLOCK.get(delta.type or "")
+        if expected is None:
+            return  # a delta type added later (citations, …): nothing needed here
+        if expected != block.type:
+            raise self.failures.unparsable(f"a {delta.type} came for a {block.type} block", data)
+        if delta.type == "text_delta" and delta.text:
+            block.text.append(delta.text)
+            on_text(delta.text)
+        elif delta.type == "input_json_delta" and delta.partial_json:
+            block.json.append(delta.partial_json)
+        elif delta.type == "thinking_delta" and delta.thinking:
+            block.thinking.append(delta.thinking)
+        elif delta.type == "signature_delta" and delta.signature:
+            block.signature.append(delta.signature)
+
     def _index(self, event: _Event) -> int:
         if event.index is None:
             raise self.failures.unparsable(f"a {event.type} event has no index")
@@ -210,14 +200,20 @@ class StreamState:
         """The finished step; a stream without ``message_stop`` was cut off."""
         if not self.stopped:
             raise self.failures.ended_early()
-        blocks: list[TextBlock | ToolUseBlock] = []
+        blocks: list[ContentBlock] = []
         for index in sorted(self.blocks):
             block = self.blocks[index]
             if block.type == "text" and block.text:
                 blocks.append(TextBlock(text="".join(block.text)))
             elif block.type == "tool_use":
                 blocks.append(self._tool_use(block))
-            # Other block types (thinking, server tools) are not asked for, so not expected.
+            elif block.type == "thinking" and (block.thinking or block.signature):
+                blocks.append(self._thinking(block))
+            elif block.type == "redacted_thinking":
+                if not block.data:
+                    raise self.failures.unparsable("a redacted_thinking block has no data")
+                blocks.append(RedactedThinkingBlock(data=block.data))
+            # Other block types (server tools) are not asked for, so not expected.
         if not blocks:
             blocks.append(TextBlock(text=""))
         return ModelResponse(
@@ -225,6 +221,12 @@ class StreamState:
             usage=self._token_usage(),
             stop_reason=self.stop_reason,
         )
+
+    def _thinking(self, block: _Block) -> ThinkingBlock:
+        # Kept even without a signature (a compatible server may sign none): such a
+        # block is shown but never passed back (see ``anthropic_wire``).
+        signature = "".join(block.signature) or None
+        return ThinkingBlock(thinking="".join(block.thinking), signature=signature, wire="anthropic")
 
     def _tool_use(self, block: _Block) -> ToolUseBlock:
         if not block.id or not block.name:
@@ -275,8 +277,9 @@ class AnthropicProvider(HttpProvider):
         """Stream one step from ``/v1/messages``, handing text to ``on_text`` as it comes."""
         settings = self.config.settings_for(model)
         failures = self.failures(model)
-        state = StreamState(failures, settings.max_tokens)
         body = request_body(call, model, settings)
+        # The limit sent (thinking adds its budget), for the message of a cut-off tool call.
+        state = StreamState(failures, body["max_tokens"])
         # The version header is the protocol's; a config may pin another one.
         headers = {"anthropic-version": ANTHROPIC_VERSION, **settings.headers}
         async with self.event_stream(failures, "/v1/messages", body, headers) as events:

@@ -1,89 +1,146 @@
 """The ``openai`` kind: the Chat Completions wire protocol, streamed, with function tools.
 
-Speaks to OpenAI and to the servers that copy its protocol (vLLM, Ollama,
-LM Studio, OpenRouter, DeepSeek, Groq...). How the project's messages map:
+Speaks to OpenAI and to the servers that copy its protocol (vLLM, SGLang,
+Ollama, LM Studio, OpenRouter, DeepSeek, Groq...). How the project's messages
+map:
 
-- the system prompt is a ``system`` message;
-- an assistant message's text is its ``content`` and its tool uses are its
-  ``tool_calls`` (arguments as a JSON string);
+- the system prompt is a ``system`` message, first, and the tools come in the
+  run's fixed order, so that every request of a run starts with the same
+  prefix and the server's prompt cache can serve it;
+- an assistant message's text is its ``content``, its tool uses are its
+  ``tool_calls`` (arguments as a JSON string) and its thinking is its
+  ``reasoning_content`` (see ``wire_messages``);
 - each tool result is a ``tool`` message right after the assistant message.
   The protocol has no error flag, so a failed tool's output is sent with an
-  ``Error:`` prefix, the way the model would read it from a person.
+  ``Error:`` prefix, the way the model would read it from a person. A tool
+  message cannot carry images, so a result's images follow the tool messages
+  in one ``user`` message of ``image_url`` parts (base64 ``data:`` URLs).
+
+The answer's stream is read in ``openai_stream``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from durable_agent.activities.providers.base import TextSink, read_credential
-from durable_agent.activities.providers.http import HttpProvider, checked_key, tool_arguments
-from durable_agent.activities.providers.http_errors import Failures
+from durable_agent.activities.providers.http import HttpProvider, checked_key
+from durable_agent.activities.providers.openai_stream import StreamState
 from durable_agent.config import OpenAIProviderConfig, ResolvedModelSettings
 from durable_agent.core.activity_api import ModelCallInput
-from durable_agent.core.errors import validation_message
 from durable_agent.core.models import (
+    ImageBlock,
     Message,
     ModelResponse,
     TextBlock,
-    TokenUsage,
+    ThinkingBlock,
     ToolDefinition,
     ToolResultBlock,
     ToolUseBlock,
 )
 
 TOOL_ERROR_PREFIX = "Error: "
-# Chat Completions' finish reasons in the project's (Messages) vocabulary.
-_STOP_REASONS = {
-    "stop": "end_turn",
-    "tool_calls": "tool_use",
-    "function_call": "tool_use",
-    "length": "max_tokens",
-}
+# OpenAI refuses a longer ``prompt_cache_key`` (400 ``string_above_max_length``), and
+# DeepSeek and others copy the limit.
+PROMPT_CACHE_KEY_MAX_LENGTH = 64
+WIRE = "openai-chat"
 
 
-def wire_messages(system_prompt: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
-    """The conversation as Chat Completions messages."""
+def reasoning_content(message: Message, *, foreign_thinking: bool = False) -> str:
+    """The thinking of an assistant message as it goes back in ``reasoning_content``.
+
+    Thinking this wire received is always passed back, unchanged: DeepSeek's
+    thinking mode (on by default) refuses a tool-using conversation in which
+    any of it is missing, and the servers that did not send any get none back.
+    Thinking from another wire (a session that changed model) goes only to a
+    model configured with ``reasoning = true``: a server that never sent
+    reasoning may refuse the unknown field, as OpenAI's own does.
+
+    Args:
+        message: an assistant message.
+        foreign_thinking: also pass back thinking that another wire produced.
+
+    Returns:
+        The text to send, or "" when there is none to send.
+    """
+    return "\n\n".join(
+        b.thinking
+        for b in message.content
+        if isinstance(b, ThinkingBlock) and b.thinking and (b.wire == WIRE or foreign_thinking)
+    )
+
+
+def image_part(image: ImageBlock) -> dict[str, Any]:
+    """An image as a Chat Completions content part: a base64 ``data:`` URL."""
+    return {"type": "image_url", "image_url": {"url": f"data:{image.media_type};base64,{image.data}"}}
+
+
+def wire_messages(
+    system_prompt: str, messages: tuple[Message, ...], *, foreign_thinking: bool = False
+) -> list[dict[str, Any]]:
+    """The conversation as Chat Completions messages.
+
+    Args:
+        system_prompt: sent first, as a ``system`` message (when not empty).
+        messages: the conversation.
+        foreign_thinking: pass back the thinking of other wires too (``reasoning_content``).
+
+    Returns:
+        The ``messages`` of the request.
+    """
     out: list[dict[str, Any]] = []
     if system_prompt:
         out.append({"role": "system", "content": system_prompt})
     for message in messages:
         texts = [b.text for b in message.content if isinstance(b, TextBlock)]
         if message.role == "assistant":
-            calls = [
-                {
-                    "id": b.id,
-                    "type": "function",
-                    "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)},
-                }
-                for b in message.content
-                if isinstance(b, ToolUseBlock)
-            ]
-            entry: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
-            if calls:
-                entry["tool_calls"] = calls
-            elif entry["content"] is None:
-                entry["content"] = ""  # only a message with tool calls may go without content
-            out.append(entry)
+            out.append(_assistant(message, "".join(texts), foreign_thinking))
             continue
         # Tool messages must follow the assistant's tool calls directly, so any
         # text of the same user message comes after them.
-        for block in message.content:
-            if isinstance(block, ToolResultBlock):
-                content = TOOL_ERROR_PREFIX + block.content if block.is_error else block.content
-                out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
-        if len(texts) == 1:
+        results = [b for b in message.content if isinstance(b, ToolResultBlock)]
+        for block in results:
+            content = TOOL_ERROR_PREFIX + block.content if block.is_error else block.content
+            out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
+        images: list[dict[str, Any]] = []
+        for block in results:
+            if block.images:
+                images.append({"type": "text", "text": f"Images returned by tool call {block.tool_use_id}:"})
+                images += [image_part(image) for image in block.images]
+        if images:
+            out.append({"role": "user", "content": images + [{"type": "text", "text": t} for t in texts]})
+        elif len(texts) == 1:
             out.append({"role": "user", "content": texts[0]})
         elif texts:
             out.append({"role": "user", "content": [{"type": "text", "text": t} for t in texts]})
     return out
 
 
+def _assistant(message: Message, text: str, foreign_thinking: bool) -> dict[str, Any]:
+    calls = [
+        {
+            "id": b.id,
+            "type": "function",
+            "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)},
+        }
+        for b in message.content
+        if isinstance(b, ToolUseBlock)
+    ]
+    entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+    reasoning = reasoning_content(message, foreign_thinking=foreign_thinking)
+    if reasoning:
+        entry["reasoning_content"] = reasoning
+    if calls:
+        entry["tool_calls"] = calls
+    elif entry["content"] is None:
+        entry["content"] = ""  # only a message with tool calls may go without content
+    return entry
+
+
 def wire_tools(tools: tuple[ToolDefinition, ...]) -> list[dict[str, Any]]:
-    """Tool definitions as Chat Completions function tools."""
+    """Tool definitions as Chat Completions function tools, in the order given."""
     return [
         {
             "type": "function",
@@ -93,11 +150,31 @@ def wire_tools(tools: tuple[ToolDefinition, ...]) -> list[dict[str, Any]]:
     ]
 
 
+def prompt_cache_key(session_id: str) -> str:
+    """The session's ``prompt_cache_key``: the id itself, or a digest of an id too long for one."""
+    if len(session_id) <= PROMPT_CACHE_KEY_MAX_LENGTH:
+        return session_id
+    return "session-" + hashlib.sha256(session_id.encode()).hexdigest()[:48]
+
+
 def request_body(call: ModelCallInput, model: str, settings: ResolvedModelSettings) -> dict[str, Any]:
-    """The whole request: streamed, with usage in the last chunk."""
+    """The whole request: streamed, with usage in the last chunk.
+
+    Only fields the settings ask for are added to the protocol's basics, since
+    some compatible servers refuse fields they do not know: ``reasoning_effort``
+    when set, and ``prompt_cache_key`` (the session) unless ``prompt_cache`` is off.
+
+    Args:
+        call: the conversation, tools and session of the step.
+        model: the model's name on the server.
+        settings: the model's resolved settings.
+
+    Returns:
+        The JSON body of ``POST /chat/completions``.
+    """
     body: dict[str, Any] = {
         "model": model,
-        "messages": wire_messages(call.system_prompt, call.messages),
+        "messages": wire_messages(call.system_prompt, call.messages, foreign_thinking=settings.reasoning),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -107,170 +184,12 @@ def request_body(call: ModelCallInput, model: str, settings: ResolvedModelSettin
         body["max_tokens"] = settings.max_tokens
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
+    if settings.reasoning_effort is not None:
+        body["reasoning_effort"] = settings.reasoning_effort
+    if settings.prompt_cache and call.session_id:
+        # Requests with one key are routed to the same cache: the runs of a session share a prefix.
+        body["prompt_cache_key"] = prompt_cache_key(call.session_id)
     return body
-
-
-# --- the stream ----------------------------------------------------------------
-
-
-class _Wire(BaseModel):
-    # Servers add fields freely; only what is read here must have its type.
-    model_config = ConfigDict(extra="ignore")
-
-
-class _FunctionDelta(_Wire):
-    name: str | None = None
-    arguments: str | None = None
-
-
-class _ToolCallDelta(_Wire):
-    index: int | None = None
-    id: str | None = None
-    function: _FunctionDelta | None = None
-
-
-class _Delta(_Wire):
-    content: str | None = None
-    refusal: str | None = None  # OpenAI's safety refusal, in place of content
-    tool_calls: list[_ToolCallDelta] | None = None
-
-
-class _Choice(_Wire):
-    index: int = 0
-    delta: _Delta | None = None
-    finish_reason: str | None = None
-
-
-class _PromptDetails(_Wire):
-    cached_tokens: int | None = None
-
-
-class _Usage(_Wire):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    total_tokens: int | None = None
-    prompt_tokens_details: _PromptDetails | None = None
-
-
-class _Chunk(_Wire):
-    choices: list[_Choice] | None = None
-    usage: _Usage | None = None
-    error: Any = None
-
-
-class _Call:
-    def __init__(self) -> None:
-        self.id = ""
-        self.name = ""
-        self.arguments: list[str] = []
-
-
-class StreamState:
-    """Builds the step from the chunks: text, tool calls by index, finish reason, usage."""
-
-    def __init__(self, failures: Failures, max_tokens: int | None) -> None:
-        self.failures = failures
-        self.max_tokens = max_tokens
-        self.text: list[str] = []
-        self.calls: dict[int, _Call] = {}
-        self.finish_reason: str | None = None
-        self.usage = TokenUsage()
-
-    def feed(self, data: str, on_text: TextSink) -> None:
-        try:
-            chunk = _Chunk.model_validate_json(data)
-        except ValidationError as exc:
-            raise self.failures.unparsable(
-                f"a stream chunk is not a chat completion chunk: {validation_message(exc)}", data
-            ) from None
-        if chunk.error is not None:
-            raise _stream_error(self.failures, chunk.error)
-        if chunk.usage is not None:
-            self.usage = _usage(chunk.usage)
-        for choice in chunk.choices or []:
-            if choice.index != 0:  # one answer is asked for (n = 1)
-                continue
-            if choice.finish_reason:
-                self.finish_reason = choice.finish_reason
-            delta = choice.delta
-            if delta is None:
-                continue
-            for text in (delta.content, delta.refusal):
-                if text:
-                    self.text.append(text)
-                    on_text(text)
-            for part in delta.tool_calls or []:
-                self._add_call_part(part)
-
-    def _add_call_part(self, part: _ToolCallDelta) -> None:
-        index = part.index
-        if index is None:
-            # Servers that omit the index send each call whole: a new id is a new call.
-            known = {c.id for c in self.calls.values()}
-            fresh = part.id is not None and part.id not in known
-            index = len(self.calls) if fresh or not self.calls else max(self.calls)
-        call = self.calls.setdefault(index, _Call())
-        if part.id and not call.id:
-            call.id = part.id
-        if part.function is not None:
-            if part.function.name and not call.name:
-                call.name = part.function.name
-            if part.function.arguments:
-                call.arguments.append(part.function.arguments)
-
-    def response(self) -> ModelResponse:
-        """The finished step; a stream without a finish reason was cut off."""
-        if self.finish_reason is None:
-            raise self.failures.ended_early()
-        blocks: list[TextBlock | ToolUseBlock] = []
-        text = "".join(self.text)
-        if text:
-            blocks.append(TextBlock(text=text))
-        for index in sorted(self.calls):
-            blocks.append(self._tool_use(self.calls[index]))
-        if not blocks:
-            blocks.append(TextBlock(text=""))
-        stop = "tool_use" if self.calls else _STOP_REASONS.get(self.finish_reason, self.finish_reason)
-        return ModelResponse(
-            message=Message(role="assistant", content=tuple(blocks)), usage=self.usage, stop_reason=stop
-        )
-
-    def _tool_use(self, call: _Call) -> ToolUseBlock:
-        if not call.name:
-            raise self.failures.unparsable("a tool call has no function name")
-        arguments = tool_arguments(
-            self.failures,
-            call.name,
-            "".join(call.arguments),
-            given={},
-            cut_off=self.finish_reason == "length",
-            max_tokens=self.max_tokens,
-        )
-        # Ids pair each result with its call; a server that sends none gets one made up.
-        call_id = call.id or f"call_{uuid.uuid4().hex[:24]}"
-        return ToolUseBlock(id=call_id, name=call.name, input=arguments)
-
-
-def _usage(usage: _Usage) -> TokenUsage:
-    prompt = usage.prompt_tokens or 0
-    completion = usage.completion_tokens or 0
-    details = usage.prompt_tokens_details
-    return TokenUsage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=usage.total_tokens or prompt + completion,
-        cache_read_tokens=(details.cached_tokens or 0) if details else 0,
-    )
-
-
-def _stream_error(failures: Failures, error: Any) -> Exception:
-    """An ``{"error": ...}`` chunk (vLLM, OpenRouter): its numeric code, if any, is the status."""
-    if isinstance(error, dict):
-        code = error.get("code")
-        status = code if isinstance(code, int) else None
-        said = error.get("message")
-        return failures.in_stream(said if isinstance(said, str) else json.dumps(error), status, error=error)
-    return failures.in_stream(str(error), None)
 
 
 class OpenAIProvider(HttpProvider):

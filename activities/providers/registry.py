@@ -5,6 +5,7 @@ from __future__ import annotations
 from durable_agent.activities.providers.anthropic import AnthropicProvider
 from durable_agent.activities.providers.base import ModelProvider
 from durable_agent.activities.providers.openai import OpenAIProvider
+from durable_agent.activities.providers.openai_responses import OpenAIResponsesProvider
 from durable_agent.activities.providers.scripted import ScriptedProvider
 from durable_agent.config import AgentConfig, OpenAIProviderConfig, ScriptedProviderConfig
 
@@ -19,7 +20,9 @@ def build_providers(config: AgentConfig) -> dict[str, ModelProvider]:
         if isinstance(pc, ScriptedProviderConfig):
             providers[name] = ScriptedProvider.from_config(name, pc)
         elif isinstance(pc, OpenAIProviderConfig):
-            providers[name] = OpenAIProvider.from_config(name, pc)
+            # One kind, two protocols: Chat Completions, or the Responses API (``api``).
+            wire = OpenAIResponsesProvider if pc.api == "responses" else OpenAIProvider
+            providers[name] = wire.from_config(name, pc)
         else:
             providers[name] = AnthropicProvider.from_config(name, pc)
     return providers

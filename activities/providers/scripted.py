@@ -17,7 +17,14 @@ from durable_agent.config import ConfigError, ScriptedProviderConfig
 from durable_agent.core import json_limits
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.errors import validation_message
-from durable_agent.core.models import Message, ModelResponse, TextBlock, TokenUsage, ToolUseBlock
+from durable_agent.core.models import (
+    Message,
+    ModelResponse,
+    TextBlock,
+    ThinkingBlock,
+    TokenUsage,
+    ToolUseBlock,
+)
 
 
 class _Strict(BaseModel):
@@ -40,6 +47,8 @@ class ScriptedToolCall(_Strict):
 
 
 class ScriptedResponse(_Strict):
+    # The model's reasoning before its answer (kept, passed back, shown as thinking).
+    thinking: str | None = None
     text: str | None = None
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
     usage: TokenUsage = TokenUsage(prompt_tokens=1, completion_tokens=1, total_tokens=2)
@@ -94,7 +103,9 @@ class ScriptedProvider:
             )
         scripted = self.script.responses[step]
         await self._stream(scripted.text or "", scripted.delay_ms / 1000, on_text)
-        blocks: list[TextBlock | ToolUseBlock] = []
+        blocks: list[ThinkingBlock | TextBlock | ToolUseBlock] = []
+        if scripted.thinking:
+            blocks.append(ThinkingBlock(thinking=scripted.thinking))
         if scripted.text:
             blocks.append(TextBlock(text=scripted.text))
         for i, tc in enumerate(scripted.tool_calls):

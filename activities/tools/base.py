@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from durable_agent.core.models import ImageBlock
 from durable_agent.core.tool_specs import ToolSpec
 
 
@@ -35,7 +36,24 @@ class ToolFailure(Exception):
     """An expected failure (a missing file, a path outside the workspace): shown to the model."""
 
 
-ToolImpl = Callable[[Any, Path], Awaitable[str]]
+@dataclass(frozen=True)
+class ToolContent:
+    """A tool's result with images besides its text (``read`` of a PNG, an MCP image).
+
+    The images carry their data here; the tool activity keeps it in the session store and
+    passes the images on as references (``activities/staging.py``).
+    """
+
+    text: str
+    images: tuple[ImageBlock, ...] = ()
+
+
+ToolImpl = Callable[[Any, Path], Awaitable[str | ToolContent]]
+
+
+def text_of(result: str | ToolContent) -> str:
+    """A tool's result as text (its images left out)."""
+    return result.text if isinstance(result, ToolContent) else result
 
 
 @dataclass(frozen=True)
@@ -72,10 +90,10 @@ def is_inside(root: Path, path: Path) -> bool:
     return real == root or real.is_relative_to(root)
 
 
-def threaded(fn: Callable[[Any, Path], str]) -> ToolImpl:
+def threaded(fn: Callable[[Any, Path], str | ToolContent]) -> ToolImpl:
     """Run a blocking tool in a thread, off the worker's event loop."""
 
-    async def run(args: Any, workspace: Path) -> str:
+    async def run(args: Any, workspace: Path) -> str | ToolContent:
         return await asyncio.to_thread(fn, args, workspace)
 
     return run

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from durable_agent.activities.files import write_atomic
-from durable_agent.activities.tools.base import ToolFailure, confine
+from durable_agent.activities.tools.base import ToolContent, ToolFailure, confine
+from durable_agent.core.images import IMAGE_MAX_BYTES, MediaType, image_block, sniff_media_type
 from durable_agent.core.tool_args import (
     EDIT_MAX_FILE_BYTES,
     LS_MAX_ENTRIES,
@@ -99,8 +100,21 @@ def _count_lines(f: BinaryIO, budget: int) -> int | None:
     return count + (last != b"\n")
 
 
-def read(args: ReadArgs, workspace: Path) -> str:
-    """A text file's lines, numbered from 1, from ``offset`` for ``limit`` lines.
+def _image(f: BinaryIO, shown: str, media_type: MediaType) -> str | ToolContent:
+    """An image file (PNG, JPEG, GIF or WebP, by its first bytes) as an image for the model,
+    up to ``IMAGE_MAX_BYTES``."""
+    size = os.fstat(f.fileno()).st_size
+    what = f"{shown} is an image ({media_type}, {size} bytes)"
+    if size > IMAGE_MAX_BYTES:
+        return f"{what}, larger than the {IMAGE_MAX_BYTES} bytes a model is shown; it is not shown"
+    f.seek(0)
+    raw = f.read(IMAGE_MAX_BYTES + 1)
+    return ToolContent(text=what, images=(image_block(raw, media_type),))
+
+
+def read(args: ReadArgs, workspace: Path) -> str | ToolContent:
+    """A text file's lines, numbered from 1, from ``offset`` for ``limit`` lines; an image
+    (PNG, JPEG, GIF, WebP) as an image.
 
     Stops at ``READ_MAX_BYTES`` of text and cuts lines longer than
     ``READ_MAX_LINE_CHARS``, saying so and how to read on; reports a binary
@@ -108,7 +122,11 @@ def read(args: ReadArgs, workspace: Path) -> str:
     """
     path = confine(workspace, args.file_path)
     with _open_for_reading(path, args.file_path) as f:
-        if is_binary(f.read(BINARY_SNIFF_BYTES)):
+        head = f.read(BINARY_SNIFF_BYTES)
+        media_type = sniff_media_type(head)
+        if media_type is not None:
+            return _image(f, args.file_path, media_type)
+        if is_binary(head):
             file_size = os.fstat(f.fileno()).st_size
             return f"{args.file_path} is a binary file ({file_size} bytes); its content is not shown"
         f.seek(0)

@@ -19,6 +19,7 @@ from durable_agent.core.models import (
     PersistenceFailedEvent,
     RunStartEvent,
     TextDeltaEvent,
+    ThinkingEvent,
     TokenUsage,
     ToolEndEvent,
     ToolStartEvent,
@@ -134,6 +135,9 @@ class EventPrinter:
                 if live is not None:
                     self._close_text()
                 self._text(event.text)
+        elif isinstance(event, ThinkingEvent):
+            # the model's reasoning, marked as such and kept short: it is not the answer
+            self._line(f"∴ thinking: {_one_line(event.text)}")
         elif isinstance(event, RunStartEvent):
             self._line(f"▶ run started with model {event.model}")
         elif isinstance(event, ToolStartEvent):
@@ -215,6 +219,8 @@ def print_status(view: RunStatusView, out: TextIO | None = None) -> None:
         ("last export", view.last_content_digest or "-"),
         ("tokens", usage_line(view.usage)),
     ]
+    if view.cost_usd is not None:
+        rows.append(("cost", f"${view.cost_usd:.4f} at the model's prices"))
     rows += [("budget", budget_line(budget)) for budget in view.budgets]
     for pending in view.pending_approvals:
         target = f" {pending.target}" if pending.target else ""

@@ -17,6 +17,7 @@ from durable_agent.core.export import CapabilityBinding, ExportDescriptor, Resum
 from durable_agent.core.models import (
     EventRecord,
     Frozen,
+    ImageBlock,
     Message,
     ModelResponse,
     TokenUsage,
@@ -63,6 +64,9 @@ class ModelCallInput(Frozen):
     step: int | None = None
     # "summary": the request asks for a summary of older turns (``agent.compact``).
     purpose: Literal["step", "summary"] = "step"
+    # The run's session: the key of the provider's prompt cache (OpenAI's ``prompt_cache_key``),
+    # so that the runs of one session share their cached prefix.
+    session_id: str | None = None
 
 
 class ToolCallInput(Frozen):
@@ -83,6 +87,9 @@ class ToolCallInput(Frozen):
 class ToolOutput(Frozen):
     content: str
     is_error: bool = False
+    # Images besides the text, as references: the tool activity kept their data in the session
+    # store (the history holds their digests, not megabytes).
+    images: tuple[ImageBlock, ...] = ()
     # the tool activity kept ``content`` in the session store too, under its digest
     staged: bool = False
     # The call did not run: the path it resolves to (``resolved_target``) is denied by the rules,

@@ -9,7 +9,8 @@ newest view into the request's messages, for the model step and the summary step
 of English or code per token):
 
 - a text, a tool call's name and canonical JSON arguments, a tool result's content,
-  an id: 1 token per 3 UTF-8 bytes, rounded up;
+  an id, a model's thinking (its text, or a redacted block's data): 1 token per 3 UTF-8
+  bytes, rounded up; an image: ``IMAGE_TOKENS`` (1,600);
 - plus ``BLOCK_OVERHEAD`` (8) per content block and ``MESSAGE_OVERHEAD`` (8) per message;
 - plus the request's fixed part: ``REQUEST_OVERHEAD`` (16), the system prompt, and each tool
   definition's canonical JSON (plus ``BLOCK_OVERHEAD`` each).
@@ -42,13 +43,16 @@ from pydantic import Field
 
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.models import (
+    ContentBlock,
     ContextCompactedEvent,
     ContextView,
     EventRecord,
     Frozen,
     Message,
     ModelUsageEvent,
+    RedactedThinkingBlock,
     TextBlock,
+    ThinkingBlock,
     ToolDefinition,
     ToolResultBlock,
     ToolUseBlock,
@@ -58,6 +62,9 @@ BYTES_PER_TOKEN: Final = 3
 BLOCK_OVERHEAD: Final = 8
 MESSAGE_OVERHEAD: Final = 8
 REQUEST_OVERHEAD: Final = 16
+# An image, whatever its size: providers scale images down to about 1.15 megapixels, which
+# Anthropic bills at about 1,600 tokens (width x height / 750) and OpenAI at fewer.
+IMAGE_TOKENS: Final = 1_600
 
 # Known context windows by model family, matched by the longest prefix of the model's name
 # (the part after the last "/", lower case). Lower than the truth is safe: compaction starts early.
@@ -151,13 +158,18 @@ def text_tokens(text: str) -> int:
     return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN)
 
 
-def block_tokens(block: TextBlock | ToolUseBlock | ToolResultBlock) -> int:
+def block_tokens(block: ContentBlock) -> int:
     if isinstance(block, TextBlock):
         return BLOCK_OVERHEAD + text_tokens(block.text)
     if isinstance(block, ToolUseBlock):
         args = math.ceil(len(canonical_bytes(block.input)) / BYTES_PER_TOKEN)
         return BLOCK_OVERHEAD + text_tokens(block.id) + text_tokens(block.name) + args
-    return BLOCK_OVERHEAD + text_tokens(block.tool_use_id) + text_tokens(block.content)
+    if isinstance(block, ThinkingBlock):
+        return BLOCK_OVERHEAD + text_tokens(block.thinking)
+    if isinstance(block, RedactedThinkingBlock):
+        return BLOCK_OVERHEAD + text_tokens(block.data)
+    images = len(block.images) * (BLOCK_OVERHEAD + IMAGE_TOKENS)
+    return BLOCK_OVERHEAD + text_tokens(block.tool_use_id) + text_tokens(block.content) + images
 
 
 def message_tokens(message: Message) -> int:
@@ -227,7 +239,7 @@ def is_human(message: Message) -> bool:
 
 def summary_message(prompt: Message, summary: str, humans: Sequence[Message]) -> Message:
     """The first message of a summarized view: the prompt, the summary, the user's later words."""
-    blocks: list[TextBlock | ToolUseBlock | ToolResultBlock] = list(prompt.content)
+    blocks: list[ContentBlock] = list(prompt.content)
     blocks.append(TextBlock(text=f"{SUMMARY_HEADER}\n{summary}"))
     for human in humans:
         blocks.append(TextBlock(text=f"{LATER_USER_HEADER}\n{human.text()}"))
@@ -245,7 +257,7 @@ def model_messages(messages: Sequence[Message], view: ContextView | None) -> lis
         if not elided or message.role != "user":
             return message
         content = tuple(
-            b.model_copy(update={"content": _stub_for(calls.get(b.tool_use_id), b)})
+            b.model_copy(update={"content": _stub_for(calls.get(b.tool_use_id), b), "images": ()})
             if isinstance(b, ToolResultBlock) and b.tool_use_id in elided
             else b
             for b in message.content

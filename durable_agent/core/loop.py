@@ -29,6 +29,7 @@ from durable_agent.core.models import (
     ContextCompactedEvent,
     EndEvent,
     EventRecord,
+    ImageBlock,
     Message,
     ModelResponse,
     ModelUsageEvent,
@@ -36,11 +37,13 @@ from durable_agent.core.models import (
     RunStartEvent,
     TextBlock,
     TextDeltaEvent,
+    ThinkingEvent,
     TokenUsage,
     ToolEndEvent,
     ToolResultBlock,
     ToolUseBlock,
     UserMessageEvent,
+    usage_cost_usd,
 )
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_api import (
@@ -186,6 +189,9 @@ class LoopState:
         self.usage = self.usage + response.usage
         self.run_usage = self.run_usage + response.usage
         self._last_role = "assistant"
+        thinking = response.message.thinking()
+        if thinking:
+            self.emit(ThinkingEvent(text=thinking), now_ms)
         text = response.message.text()
         if text:
             self.emit(TextDeltaEvent(text=text), now_ms)
@@ -197,20 +203,28 @@ class LoopState:
         return calls
 
     def add_tool_result(
-        self, call: ToolUseBlock, output: str, is_error: bool, now_ms: int, staged: bool = False
+        self,
+        call: ToolUseBlock,
+        output: str,
+        is_error: bool,
+        now_ms: int,
+        staged: bool = False,
+        images: tuple[ImageBlock, ...] = (),
     ) -> None:
         """Record a finished tool call: its ``tool_end`` event and its tool-result block.
 
         The results of one assistant step share one user message, which grows
         as each call finishes, so every boundary's conversation is well formed.
         ``staged``: the tool activity kept the output in the store, so the next
-        save can name it by digest.
+        save can name it by digest. ``images``: what the tool returned besides its text, as
+        references (their data is in the store).
         """
         if staged:
             self.staged_ids.add(call.id)
         self._due_calls = [c for c in self._due_calls if c.id != call.id]
         self.emit(ToolEndEvent.of(call.id, call.name, output, is_error), now_ms)
-        block = ToolResultBlock(tool_use_id=call.id, content=output, is_error=is_error)
+        images = tuple(i.reference() for i in images)
+        block = ToolResultBlock(tool_use_id=call.id, content=output, is_error=is_error, images=images)
         self._add_user_block(block, join=self.open_results)
         self.open_results = True
         self._last_role = "user"
@@ -265,12 +279,13 @@ class LoopState:
     def run_cost_usd(self) -> float | None:
         """This run's cost from the model's prices, or None when they are not known."""
         plan = self.plan
-        if plan.input_usd_per_mtok is None or plan.output_usd_per_mtok is None:
-            return None
-        usage = self.run_usage
-        return (
-            usage.prompt_tokens * plan.input_usd_per_mtok + usage.completion_tokens * plan.output_usd_per_mtok
-        ) / 1_000_000
+        return usage_cost_usd(
+            self.run_usage,
+            plan.input_usd_per_mtok,
+            plan.output_usd_per_mtok,
+            plan.cache_read_usd_per_mtok,
+            plan.cache_write_usd_per_mtok,
+        )
 
     def budgets(self) -> tuple[Budget, ...]:
         """This run's usage against each of its budgets."""
@@ -589,6 +604,7 @@ class LoopState:
             usage=self.usage,
             error=self.error,
             budgets=self.budgets(),
+            cost_usd=self.run_cost_usd(),
             event_count=self.event_count,
             **self._context_status(),
         )

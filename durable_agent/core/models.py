@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class Frozen(BaseModel):
@@ -30,14 +30,85 @@ class ToolUseBlock(Frozen):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+class ThinkingBlock(Frozen):
+    """A reasoning model's thinking, kept so that it can be passed back on later requests.
+
+    Reasoning APIs refuse a conversation that drops it: Anthropic wants the
+    signed ``thinking`` blocks of the last assistant turn back unmodified,
+    DeepSeek (and vLLM/SGLang reasoning servers) the ``reasoning_content`` of
+    every assistant message, and OpenAI's Responses API its reasoning items
+    (``encrypted_content`` under ``store: false``).
+
+    ``wire`` names the protocol that produced the block: a provider sends its
+    own opaque parts (``signature``, ``id``) back only to the wire that made
+    them, and the text alone (or nothing) elsewhere.
+    """
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    # Anthropic's signature, or the Responses API reasoning item's ``encrypted_content``
+    signature: str | None = None
+    # the Responses API reasoning item's id (``rs_…``)
+    id: str | None = None
+    wire: Literal["anthropic", "openai-chat", "openai-responses"] | None = None
+
+
+class RedactedThinkingBlock(Frozen):
+    """Thinking that Anthropic's safety systems encrypted: passed back as it came, never shown."""
+
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
+class ImageBlock(Frozen):
+    """An image a tool gave the model (``read`` of a PNG, an MCP server's image content).
+
+    ``data`` is the image as base64. In the run's workflow history and its log
+    entries the data is left out (``data`` empty): the activity that made the
+    image keeps it in the session store under ``digest`` (sha256 of the base64
+    text), as a long tool output is staged, and the model call and the export
+    fill it back in. An export always holds it whole.
+    """
+
+    type: Literal["image"] = "image"
+    media_type: Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+    data: str = ""
+    digest: str
+    size: int = Field(ge=0)  # the image's bytes (decoded)
+
+    @property
+    def is_reference(self) -> bool:
+        """The data is left out: it is in the session store under ``digest``."""
+        return not self.data
+
+    def reference(self) -> ImageBlock:
+        """This image without its data (what history and the log hold)."""
+        return self if not self.data else self.model_copy(update={"data": ""})
+
+
 class ToolResultBlock(Frozen):
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str
     content: str
     is_error: bool = False
+    # Images the tool returned besides its text. Left out of the JSON when there are none,
+    # so that a conversation without images keeps the bytes (and digests) it had before.
+    images: tuple[ImageBlock, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_empty_images(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.images:
+            data.pop("images", None)
+        return data
 
 
-ContentBlock = Annotated[TextBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
+ContentBlock = Annotated[
+    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock,
+    Field(discriminator="type"),
+]
+# What a model's reasoning leaves in an assistant message.
+ReasoningBlock = ThinkingBlock | RedactedThinkingBlock
 
 
 class Message(Frozen):
@@ -49,6 +120,13 @@ class Message(Frozen):
 
     def tool_uses(self) -> list[ToolUseBlock]:
         return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    def thinking(self) -> str:
+        """The readable thinking of the message (redacted thinking has none)."""
+        return "\n\n".join(b.thinking for b in self.content if isinstance(b, ThinkingBlock) and b.thinking)
+
+    def images(self) -> list[ImageBlock]:
+        return [i for b in self.content if isinstance(b, ToolResultBlock) for i in b.images]
 
 
 class TokenUsage(Frozen):
@@ -66,6 +144,33 @@ class TokenUsage(Frozen):
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
+
+
+def usage_cost_usd(
+    usage: TokenUsage,
+    input_price: float | None,
+    output_price: float | None,
+    cache_read_price: float | None = None,
+    cache_write_price: float | None = None,
+) -> float | None:
+    """What ``usage`` cost at these prices (USD per million tokens), or None without the
+    input and output prices.
+
+    ``prompt_tokens`` counts every prompt token, cached or not: the cache reads and writes
+    among them are priced at their own prices where set, else as input.
+    """
+    if input_price is None or output_price is None:
+        return None
+    read = usage.cache_read_tokens if cache_read_price is not None else 0
+    write = usage.cache_write_tokens if cache_write_price is not None else 0
+    plain = max(usage.prompt_tokens - read - write, 0)
+    micro = (
+        plain * input_price
+        + read * (cache_read_price or 0.0)
+        + write * (cache_write_price or 0.0)
+        + usage.completion_tokens * output_price
+    )
+    return micro / 1_000_000
 
 
 class ToolsUnavailable(Frozen):
@@ -123,6 +228,13 @@ class RunStartEvent(Frozen):
 
 class TextDeltaEvent(Frozen):
     type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class ThinkingEvent(Frozen):
+    """A model step's readable thinking: shown to followers as thinking, never as the answer."""
+
+    type: Literal["thinking"] = "thinking"
     text: str
 
 
@@ -318,7 +430,8 @@ AgentEvent = Annotated[
     | ModelUsageEvent
     | UserMessageEvent
     | BudgetExhaustedEvent
-    | ToolsUnavailableEvent,
+    | ToolsUnavailableEvent
+    | ThinkingEvent,
     Field(discriminator="type"),
 ]
 

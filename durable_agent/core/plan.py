@@ -85,6 +85,9 @@ class RunPlan(Frozen):
     max_cost_usd: float | None = None
     input_usd_per_mtok: float | None = None
     output_usd_per_mtok: float | None = None
+    # prompt tokens read from / written to the provider's cache (None: priced as input)
+    cache_read_usd_per_mtok: float | None = None
+    cache_write_usd_per_mtok: float | None = None
     resumed_from: ResumedFrom | None = None
     timeouts: Timeouts = Timeouts()
     limits: Limits = Limits()

@@ -253,6 +253,8 @@ class RunStatusView(Frozen):
     usage: TokenUsage = TokenUsage()
     error: str | None = None
     budgets: tuple[Budget, ...] = ()  # usage against the run's budgets (this run's own usage)
+    # this run's cost at the model's prices (cache reads and writes at theirs); None: no prices
+    cost_usd: float | None = None
     event_count: int = 0  # the sequence of the run's newest event
     # context management: compactions so far, the next request's size by the run's estimate
     # (``durable_agent.core.context``), the model's window (0: not managed)

@@ -310,14 +310,22 @@ def build_export(
 
 
 def export_payload(
-    header: RunHeader, log: RunLog, prior: Sequence[RunRecord], facts: ExportFacts
+    header: RunHeader,
+    log: RunLog,
+    prior: Sequence[RunRecord],
+    facts: ExportFacts,
+    messages: Sequence[Message] | None = None,
 ) -> CheckpointPayload:
-    """What the boundary's export holds (``build_export``; ``ExportEncoder`` encodes it a part at a time)."""
+    """What the boundary's export holds (``build_export``; ``ExportEncoder`` encodes it a part at a time).
+
+    ``messages``: the log's messages with their images' data filled in (``core/images.py``),
+    where the log holds images by reference; unset, the log's own.
+    """
     logical = LoopCheckpoint(
         session_id=header.session_id,
         run_id=header.run_id,
         turn=facts.turn,
-        messages=tuple(log.messages),
+        messages=tuple(log.messages if messages is None else messages),
         capability_binding=header.capability_binding,
         total_usage=facts.usage,
         tool_calls_count=facts.turn,

@@ -2,10 +2,10 @@
 
     python agent_tools.py [--http PORT] [--down-if FILE] [--extra-tool]
 
-Tools: ``echo``, ``query`` (judged by its ``sql`` argument in the tests), ``slow`` (writes
-this process's pid to ``pid_file``, then sleeps: a test kills it mid-call), ``count`` (how many
-calls this process has had). ``--down-if FILE``: exit at once while FILE exists (a server that
-stays down). ``--extra-tool``: also offer ``extra`` (a catalog that changed).
+Tools: ``echo``, ``picture`` (a PNG), ``query`` (judged by its ``sql`` argument in the tests),
+``slow`` (writes this process's pid to ``pid_file``, then sleeps: a test kills it mid-call),
+``count`` (how many calls this process has had). ``--down-if FILE``: exit at once while FILE
+exists (a server that stays down). ``--extra-tool``: also offer ``extra`` (a catalog that changed).
 """
 
 from __future__ import annotations
@@ -17,6 +17,13 @@ import sys
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.utilities.types import Image
+
+# A 1x1 PNG, as the ``picture`` tool returns it.
+TINY_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201e5273e1e0000000049454e44ae426082"
+)
 
 CALLS = {"n": 0}
 
@@ -40,6 +47,11 @@ def build(extra: bool) -> MCPServer:
         Path(pid_file).write_text(str(os.getpid()))
         await asyncio.sleep(seconds)
         return f"slept {seconds} s in process {os.getpid()}"
+
+    @server.tool(description="A small PNG image (a plot, a screenshot).")
+    def picture() -> Image:
+        CALLS["n"] += 1
+        return Image(data=TINY_PNG, format="png")
 
     @server.tool(description="How many calls this server process has answered.")
     def count() -> str:

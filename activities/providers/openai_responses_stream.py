@@ -1,0 +1,298 @@
+"""The answer of OpenAI's Responses API: its server-sent events, read into one step.
+
+The stream names each event in its ``type``: output items are announced
+(``response.output_item.added``), grow by deltas (answer text, function-call
+arguments, reasoning summary text) and arrive whole when done
+(``response.output_item.done``); the last event carries the whole response
+with its usage and status (``response.completed``, ``response.incomplete``) or
+its error (``response.failed``). An ``error`` event may come instead.
+
+The step is built from the items, whole where the stream gave them whole and
+from their deltas otherwise: reasoning items first, as ``ThinkingBlock`` (wire
+``openai-responses``: summary text, ``encrypted_content`` as signature, item id)
+so that they can be passed back in place, then the text, then the calls. A
+stream that stops before its last event was cut off and is retried.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from durable_agent.activities.providers.base import TextSink
+from durable_agent.activities.providers.http import tool_arguments
+from durable_agent.activities.providers.http_errors import Failures
+from durable_agent.core.errors import validation_message
+from durable_agent.core.models import (
+    ContentBlock,
+    Message,
+    ModelResponse,
+    TextBlock,
+    ThinkingBlock,
+    TokenUsage,
+    ToolUseBlock,
+)
+
+WIRE = "openai-responses"
+# The readable parts of one reasoning item's summary, joined as one text.
+SUMMARY_SEPARATOR = "\n\n"
+# The error codes of ``response.failed`` and ``error`` events, as the HTTP status each
+# stands for, so that ``http_errors`` decides about them as about any status. A code
+# not named here and not an invalid request's is the server's failure mid-answer: retried.
+_RETRYABLE_CODES = {"rate_limit_exceeded": 429, "server_error": 500, "vector_store_timeout": 504}
+_INVALID_MARKS = ("invalid", "image", "unsupported", "exceeded", "not_found", "too_large", "too_small")
+
+
+class _Wire(BaseModel):
+    # New fields and event types arrive without a version bump; unknown ones are ignored.
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Text(_Wire):
+    type: str = ""
+    text: str | None = None
+    refusal: str | None = None
+
+
+class _Item(_Wire):
+    type: str
+    id: str | None = None
+    # a function_call's
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    # a reasoning item's
+    summary: list[_Text] | None = None
+    encrypted_content: str | None = None
+    # a message's
+    content: list[_Text] | None = None
+
+
+class _InputDetails(_Wire):
+    cached_tokens: int | None = None
+
+
+class _Usage(_Wire):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    input_tokens_details: _InputDetails | None = None
+
+
+class _Incomplete(_Wire):
+    reason: str | None = None
+
+
+class _Response(_Wire):
+    status: str | None = None
+    usage: _Usage | None = None
+    incomplete_details: _Incomplete | None = None
+    error: Any = None
+
+
+class _Event(_Wire):
+    type: str
+    output_index: int | None = None
+    item_id: str | None = None
+    summary_index: int | None = None
+    delta: str | None = None
+    item: _Item | None = None
+    response: _Response | None = None
+    # an ``error`` event's, at its top level or (as some servers send it) under ``error``
+    code: Any = None
+    message: Any = None
+    param: Any = None
+    error: Any = None
+
+
+class _Output:
+    """One output item as it streams: what its deltas added, then the item whole when done."""
+
+    def __init__(self, item: _Item) -> None:
+        self.item = item
+        self.text: list[str] = []
+        self.arguments: list[str] = []
+        self.summary: dict[int, list[str]] = {}
+        self.done = False
+
+
+class StreamState:
+    """Builds the step from the events: output items by index, status, usage."""
+
+    def __init__(self, failures: Failures, max_tokens: int | None) -> None:
+        self.failures = failures
+        self.max_tokens = max_tokens
+        self.outputs: dict[int, _Output] = {}
+        self.final: _Response | None = None
+
+    @property
+    def finished(self) -> bool:
+        """The last event came: the response is complete (or incomplete, but over)."""
+        return self.final is not None
+
+    def feed(self, data: str, on_text: TextSink) -> None:
+        """Read one event's data; answer text goes to ``on_text`` as it comes."""
+        try:
+            event = _Event.model_validate_json(data)
+        except ValidationError as exc:
+            raise self.failures.unparsable(
+                f"a stream event is not a Responses API event: {validation_message(exc)}", data
+            ) from None
+        kind = event.type
+        if kind == "error":
+            error = event.error if isinstance(event.error, dict) else _top_level_error(event)
+            raise stream_error(self.failures, error)
+        if kind == "response.failed":
+            failed = event.response.error if event.response else None
+            raise stream_error(self.failures, {"message": "response failed"} if failed is None else failed)
+        if kind in ("response.completed", "response.incomplete"):
+            if event.response is None:
+                raise self.failures.unparsable(f"a {kind} event has no response", data)
+            self.final = event.response
+        elif kind == "response.output_item.added":
+            if event.item is not None:
+                self.outputs[self._index(event, data)] = _Output(event.item)
+        elif kind == "response.output_item.done":
+            if event.item is not None:
+                self._done(self._index(event, data), event.item, on_text)
+        elif kind in ("response.output_text.delta", "response.refusal.delta"):
+            if event.delta:
+                self._output(event, data).text.append(event.delta)
+                on_text(event.delta)
+        elif kind == "response.function_call_arguments.delta":
+            if event.delta:
+                self._output(event, data).arguments.append(event.delta)
+        elif kind == "response.reasoning_summary_text.delta" and event.delta:
+            parts = self._output(event, data).summary
+            parts.setdefault(event.summary_index or 0, []).append(event.delta)
+        # ``response.created``, ``…in_progress``, the ``….done`` of parts and texts, and event
+        # types added later carry nothing that the items and the last event do not.
+
+    def _index(self, event: _Event, data: str) -> int:
+        if event.output_index is None:
+            raise self.failures.unparsable(f"a {event.type} event has no output_index", data)
+        return event.output_index
+
+    def _output(self, event: _Event, data: str) -> _Output:
+        """The item a delta is for: by its output index, else by its item id."""
+        if event.output_index is not None and event.output_index in self.outputs:
+            return self.outputs[event.output_index]
+        for output in self.outputs.values():
+            if event.item_id is not None and output.item.id == event.item_id:
+                return output
+        raise self.failures.unparsable(f"a {event.type} event came before its output item", data)
+
+    def _done(self, index: int, item: _Item, on_text: TextSink) -> None:
+        output = self.outputs.setdefault(index, _Output(item))
+        if item.type == "message" and not output.text:
+            # A server that sends the message whole, without deltas: its text is still the answer's.
+            text = _message_text(item)
+            if text:
+                on_text(text)
+        output.item, output.done = item, True
+
+    def response(self) -> ModelResponse:
+        """The finished step; a stream without its last event was cut off."""
+        final = self.final
+        if final is None:
+            raise self.failures.ended_early()
+        reason = final.incomplete_details.reason if final.incomplete_details else None
+        cut_off = final.status == "incomplete" and reason == "max_output_tokens"
+        thinking: list[ContentBlock] = []
+        text: list[str] = []
+        calls: list[ContentBlock] = []
+        for index in sorted(self.outputs):
+            output = self.outputs[index]
+            kind = output.item.type
+            if kind == "reasoning":
+                block = self._thinking(output)
+                if block is not None:
+                    thinking.append(block)
+            elif kind == "message":
+                text.append((output.done and _message_text(output.item)) or "".join(output.text))
+            elif kind == "function_call":
+                calls.append(self._tool_use(output, cut_off))
+            # Other item types (the server's own tools) are not asked for, so not expected.
+        answer = "".join(text)
+        blocks = [*thinking, *([TextBlock(text=answer)] if answer or not calls else []), *calls]
+        if calls:
+            stop = "tool_use"
+        elif final.status == "incomplete":
+            stop = "max_tokens" if cut_off else (reason or "incomplete")
+        else:
+            stop = "end_turn"
+        message = Message(role="assistant", content=tuple(blocks))
+        return ModelResponse(message=message, usage=_usage(final.usage), stop_reason=stop)
+
+    def _thinking(self, output: _Output) -> ThinkingBlock | None:
+        item = output.item
+        if output.done and item.summary is not None:
+            parts = [s.text for s in item.summary if s.text]
+        else:
+            parts = ["".join(output.summary[i]) for i in sorted(output.summary)]
+        summary = SUMMARY_SEPARATOR.join(p for p in parts if p)
+        if not summary and not item.encrypted_content:
+            return None  # nothing to show and nothing to pass back
+        return ThinkingBlock(thinking=summary, signature=item.encrypted_content, id=item.id, wire=WIRE)
+
+    def _tool_use(self, output: _Output, cut_off: bool) -> ToolUseBlock:
+        item = output.item
+        if not item.call_id or not item.name:
+            raise self.failures.unparsable("a function_call item has no call_id or no name")
+        raw = (output.done and item.arguments) or "".join(output.arguments)
+        arguments = tool_arguments(
+            self.failures, item.name, raw, given={}, cut_off=cut_off, max_tokens=self.max_tokens
+        )
+        return ToolUseBlock(id=item.call_id, name=item.name, input=arguments)
+
+
+def _message_text(item: _Item) -> str:
+    return "".join(part.text or part.refusal or "" for part in item.content or [])
+
+
+def _usage(usage: _Usage | None) -> TokenUsage:
+    if usage is None:
+        return TokenUsage()
+    prompt = usage.input_tokens or 0
+    completion = usage.output_tokens or 0  # its reasoning tokens included
+    details = usage.input_tokens_details
+    return TokenUsage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=usage.total_tokens or prompt + completion,
+        cache_read_tokens=(details.cached_tokens or 0) if details else 0,
+    )
+
+
+def _top_level_error(event: _Event) -> dict[str, Any]:
+    return {"code": event.code, "message": event.message, "param": event.param}
+
+
+def error_status(error: dict[str, Any]) -> int | None:
+    """The HTTP status an in-stream error's ``code`` (or ``type``) stands for; None: the server's own."""
+    for key in ("code", "type"):
+        value = error.get(key)
+        if isinstance(value, int):
+            return value
+        if not isinstance(value, str):
+            continue
+        if value in _RETRYABLE_CODES:
+            return _RETRYABLE_CODES[value]
+        if value == "invalid_request_error" or any(mark in value for mark in _INVALID_MARKS):
+            return 400
+    return None
+
+
+def stream_error(failures: Failures, error: Any) -> Exception:
+    """A ``response.failed`` or ``error`` event's error, classified: rate limits and the
+    server's failures retried, invalid requests (a context overflow among them) not."""
+    if not isinstance(error, dict):
+        return failures.in_stream(str(error), None)
+    said = error.get("message")
+    text = said if isinstance(said, str) and said else json.dumps(error)
+    code = error.get("code")
+    if isinstance(code, str) and code not in text:
+        text = f"{code}: {text}"
+    return failures.in_stream(text, error_status(error), error=error)

@@ -1,0 +1,243 @@
+"""Reading a streamed Chat Completions answer: text, reasoning, tool calls and usage.
+
+Reasoning servers add the model's thinking to each delta beside ``content``,
+each under its own name: ``reasoning_content`` (DeepSeek, and vLLM / SGLang
+serving Qwen3, GLM or Kimi), ``reasoning`` (OpenRouter, newer vLLM) and
+OpenRouter's structured ``reasoning_details``. Some send the same text under
+two of these names at once, so a delta's reasoning is taken from the first of
+them that it carries. The joined text becomes one ``ThinkingBlock`` (wire
+``openai-chat``) at the start of the assistant message, to be passed back
+unchanged as ``reasoning_content`` on every later request; it never reaches
+``on_text``, which is for the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from durable_agent.activities.providers.base import TextSink
+from durable_agent.activities.providers.http import tool_arguments
+from durable_agent.activities.providers.http_errors import Failures
+from durable_agent.core.errors import validation_message
+from durable_agent.core.models import (
+    Message,
+    ModelResponse,
+    TextBlock,
+    ThinkingBlock,
+    TokenUsage,
+    ToolUseBlock,
+)
+
+# Chat Completions' finish reasons in the project's (Messages) vocabulary.
+_STOP_REASONS = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+}
+
+
+class _Wire(BaseModel):
+    # Servers add fields freely; only what is read here must have its type.
+    model_config = ConfigDict(extra="ignore")
+
+
+class _FunctionDelta(_Wire):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCallDelta(_Wire):
+    index: int | None = None
+    id: str | None = None
+    function: _FunctionDelta | None = None
+
+
+class _ReasoningDetail(_Wire):
+    # OpenRouter: "reasoning.text" carries ``text``, "reasoning.summary" its ``summary``;
+    # "reasoning.encrypted" carries neither and has nothing readable.
+    type: str | None = None
+    text: str | None = None
+    summary: str | None = None
+
+
+class _Delta(_Wire):
+    content: str | None = None
+    refusal: str | None = None  # OpenAI's safety refusal, in place of content
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    reasoning_details: list[_ReasoningDetail] | None = None
+    tool_calls: list[_ToolCallDelta] | None = None
+
+    def thinking(self) -> str:
+        """This delta's reasoning text: from the first field that carries any."""
+        if self.reasoning_content:
+            return self.reasoning_content
+        if self.reasoning:
+            return self.reasoning
+        return "".join(d.text or d.summary or "" for d in self.reasoning_details or [])
+
+
+class _Choice(_Wire):
+    index: int = 0
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _PromptDetails(_Wire):
+    cached_tokens: int | None = None
+
+
+class _Usage(_Wire):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+    # DeepSeek's own name for the prompt tokens read from its cache.
+    prompt_cache_hit_tokens: int | None = None
+
+
+class _Chunk(_Wire):
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+
+
+class _Call:
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+
+class StreamState:
+    """Builds the step from the chunks: reasoning, text, tool calls by index, finish reason, usage."""
+
+    def __init__(self, failures: Failures, max_tokens: int | None) -> None:
+        self.failures = failures
+        self.max_tokens = max_tokens
+        self.thinking: list[str] = []
+        self.text: list[str] = []
+        self.calls: dict[int, _Call] = {}
+        self.finish_reason: str | None = None
+        self.usage = TokenUsage()
+
+    def feed(self, data: str, on_text: TextSink) -> None:
+        """Take one event's data (a chunk as JSON); answer text goes on to ``on_text``.
+
+        Args:
+            data: the ``data`` of one server-sent event, other than ``[DONE]``.
+            on_text: receives each piece of answer text (never reasoning).
+        """
+        try:
+            chunk = _Chunk.model_validate_json(data)
+        except ValidationError as exc:
+            raise self.failures.unparsable(
+                f"a stream chunk is not a chat completion chunk: {validation_message(exc)}", data
+            ) from None
+        if chunk.error is not None:
+            raise _stream_error(self.failures, chunk.error)
+        if chunk.usage is not None:
+            self.usage = _usage(chunk.usage)
+        for choice in chunk.choices or []:
+            if choice.index != 0:  # one answer is asked for (n = 1)
+                continue
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+            delta = choice.delta
+            if delta is None:
+                continue
+            thinking = delta.thinking()
+            if thinking:
+                self.thinking.append(thinking)
+            for text in (delta.content, delta.refusal):
+                if text:
+                    self.text.append(text)
+                    on_text(text)
+            for part in delta.tool_calls or []:
+                self._add_call_part(part)
+
+    def _add_call_part(self, part: _ToolCallDelta) -> None:
+        index = part.index
+        if index is None:
+            # Servers that omit the index send each call whole: a new id is a new call.
+            known = {c.id for c in self.calls.values()}
+            fresh = part.id is not None and part.id not in known
+            index = len(self.calls) if fresh or not self.calls else max(self.calls)
+        call = self.calls.setdefault(index, _Call())
+        if part.id and not call.id:
+            call.id = part.id
+        if part.function is not None:
+            if part.function.name and not call.name:
+                call.name = part.function.name
+            if part.function.arguments:
+                call.arguments.append(part.function.arguments)
+
+    def response(self) -> ModelResponse:
+        """The finished step; a stream without a finish reason was cut off.
+
+        Returns:
+            The assistant message (its thinking first, then text, then tool
+            uses in index order), the usage and the stop reason.
+        """
+        if self.finish_reason is None:
+            raise self.failures.ended_early()
+        blocks: list[ThinkingBlock | TextBlock | ToolUseBlock] = []
+        thinking = "".join(self.thinking)
+        if thinking:
+            blocks.append(ThinkingBlock(thinking=thinking, wire="openai-chat"))
+        text = "".join(self.text)
+        if text:
+            blocks.append(TextBlock(text=text))
+        for index in sorted(self.calls):
+            blocks.append(self._tool_use(self.calls[index]))
+        if not any(isinstance(b, TextBlock | ToolUseBlock) for b in blocks):
+            blocks.append(TextBlock(text=""))
+        stop = "tool_use" if self.calls else _STOP_REASONS.get(self.finish_reason, self.finish_reason)
+        return ModelResponse(
+            message=Message(role="assistant", content=tuple(blocks)), usage=self.usage, stop_reason=stop
+        )
+
+    def _tool_use(self, call: _Call) -> ToolUseBlock:
+        if not call.name:
+            raise self.failures.unparsable("a tool call has no function name")
+        arguments = tool_arguments(
+            self.failures,
+            call.name,
+            "".join(call.arguments),
+            given={},
+            cut_off=self.finish_reason == "length",
+            max_tokens=self.max_tokens,
+        )
+        # Ids pair each result with its call; a server that sends none gets one made up.
+        call_id = call.id or f"call_{uuid.uuid4().hex[:24]}"
+        return ToolUseBlock(id=call_id, name=call.name, input=arguments)
+
+
+def _usage(usage: _Usage) -> TokenUsage:
+    prompt = usage.prompt_tokens or 0
+    completion = usage.completion_tokens or 0
+    details = usage.prompt_tokens_details
+    cached = details.cached_tokens if details and details.cached_tokens is not None else None
+    if cached is None:
+        cached = usage.prompt_cache_hit_tokens
+    return TokenUsage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=usage.total_tokens or prompt + completion,
+        cache_read_tokens=cached or 0,
+    )
+
+
+def _stream_error(failures: Failures, error: Any) -> Exception:
+    """An ``{"error": ...}`` chunk (vLLM, OpenRouter): its numeric code, if any, is the status."""
+    if isinstance(error, dict):
+        code = error.get("code")
+        status = code if isinstance(code, int) else None
+        said = error.get("message")
+        return failures.in_stream(said if isinstance(said, str) else json.dumps(error), status, error=error)
+    return failures.in_stream(str(error), None)
