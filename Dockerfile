@@ -19,11 +19,14 @@ RUN groupadd --gid "${APP_GID}" agent \
         --shell /usr/sbin/nologin agent
 
 # bubblewrap runs each bash command in a sandbox ([sandbox] in the worker's
-# config). Inside a container it needs namespaces that Docker's default
-# seccomp and AppArmor profiles refuse, so the compose stack's config
-# (deploy/worker.toml) sets kind = "none"; to sandbox bash in a container, run
-# it with --security-opt seccomp=unconfined --security-opt apparmor=unconfined
-# (or a profile that allows user namespaces) and drop that setting. A worker
+# config): in a user namespace, as the worker's user on the host (agent, not
+# root: see USER below), bounded in processes, memory, file size and CPU time.
+# Inside a container it needs namespaces that Docker's default seccomp and
+# AppArmor profiles refuse, and a /proc that Docker has not masked, so the
+# compose stack's config (deploy/worker.toml) sets kind = "none"; to sandbox
+# bash in a container, run it with --security-opt seccomp=unconfined
+# --security-opt apparmor=unconfined --security-opt systempaths=unconfined
+# (or profiles that allow user namespaces) and drop that setting. A worker
 # whose sandbox cannot start refuses to start, saying why.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends bubblewrap \
@@ -47,6 +50,9 @@ RUN pip install --no-cache-dir . \
 RUN mkdir -p /data/store /data/exports /workspace \
     && chown -R agent:agent /data /workspace
 
+# The worker runs as agent, never root: a sandboxed command is then agent on
+# the host too (root's commands are uid 0 there, whatever the namespace says),
+# and the kernel's per-user process limit, which never applies to root, holds.
 USER agent
 
 # From /app, as on a checkout (`python -m durable_agent.worker` runs the same code).

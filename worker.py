@@ -19,6 +19,7 @@ from datetime import timedelta
 
 import asyncpg
 from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from durable_agent.activities import AgentActivities
@@ -89,6 +90,9 @@ async def connect_storage(activities: AgentActivities, wait_seconds: float = 60.
                 raise StorageUnusable(f"the database is not reachable: {exc}") from exc
             log.warning("the database is not reachable yet (%s); trying again", exc)
             await asyncio.sleep(2)
+        except asyncpg.PostgresError as exc:
+            # anything else the server refuses at the start is not mended by waiting
+            raise StorageUnusable(f"PostgreSQL refused the start: {type(exc).__name__}: {exc}") from exc
 
 
 async def main() -> int:
@@ -117,11 +121,16 @@ async def main() -> int:
         # the Prometheus endpoint ([metrics] bind) is the runtime's, so the client is made on it
         runtime = {"runtime": metrics_runtime(config.metrics.bind)} if config.metrics.bind else {}
         client = await connect(config, **runtime)
+        await ensure_search_attributes(client)
     except ConfigError as exc:
         print(f"worker: {exc}", file=sys.stderr)
         await activities.aclose()
         return 2
-    await ensure_search_attributes(client)
+    except (RuntimeError, RPCError) as exc:
+        # the SDK's "Failed client connect: …" (no server there, TLS refused) or a refused call
+        print(f"worker: cannot use the Temporal service: {exc}", file=sys.stderr)
+        await activities.aclose()
+        return 2
     # A deploy's SIGTERM lets a tool or model call in flight finish (compose allows 30 s).
     worker = build_worker(client, activities, graceful_shutdown=timedelta(seconds=20))
     stop = asyncio.Event()

@@ -36,6 +36,7 @@ from durable_agent.activities.store.filesystem import FilesystemSessionStore
 from durable_agent.activities.tool_call import ToolCalls
 from durable_agent.activities.tools.base import Tool
 from durable_agent.activities.tools.registry import builtin_tools
+from durable_agent.activities.tools.sandbox import sandbox_settings
 from durable_agent.config import (
     AgentConfig,
     PostgresSinkConfig,
@@ -83,7 +84,7 @@ class AgentActivities:
     ) -> None:
         self.config = config
         self.providers = providers if providers is not None else build_providers(config)
-        self.tools = tools if tools is not None else builtin_tools(config.sandbox)
+        self.tools = tools if tools is not None else builtin_tools(sandbox_settings(config))
         self.store = store if store is not None else build_store(config)
         self.states = RunStates(self.store)
         # read once: the credentials this worker holds, kept out of every result

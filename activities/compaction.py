@@ -80,6 +80,7 @@ def context_policy(config: AgentConfig, model: str) -> ContextPolicy | None:
         window=window,
         reserve=min(reserve, window // 2),
         compact_at=ctx.compact_at,
+        compact_to=ctx.compact_to,
         keep_recent=ctx.keep_recent,
         compaction_model=ctx.compaction_model,
     )

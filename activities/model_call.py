@@ -34,6 +34,7 @@ from durable_agent.core.models import (
     ToolsUnavailable,
 )
 from durable_agent.core.run_log import LogDelta, LogRef, StateMissing
+from durable_agent.core.surrogates import model_without_lone_surrogates, text_without_lone_surrogates
 from durable_agent.telemetry_spans import ActivityTelemetry, ModelCallSpan
 
 # The longest model answer (its message as canonical JSON) a step keeps. Temporal refuses a
@@ -199,6 +200,17 @@ class ModelCalls:
         except ProviderError as exc:
             # its cause's text would reach the history unredacted
             raise provider_failure(exc, self.redact) from None
+        # JSON's lone surrogates ("\ud800" in a tool's arguments) cannot be encoded as UTF-8: as
+        # they stood, the activity's result failed to serialize, and was retried (and billed) to
+        # the last attempt. They become U+FFFD here, once (``core/surrogates.py``).
+        clean, replaced = model_without_lone_surrogates(response.message)
+        if replaced:
+            activity.logger.warning(
+                "model %s: %d lone surrogate(s) in the answer replaced with U+FFFD", call.model, replaced
+            )
+            response = response.model_copy(
+                update={"message": unsigned_where_changed(response.message, clean)}
+            )
         for use in response.message.tool_uses():
             # a host's own provider may not bound what it parses: deep input stops here, once
             try:
@@ -229,7 +241,7 @@ class ModelCalls:
 
     def _live_text(self, parts: list[str]) -> str:
         """The heartbeat's text so far: redacted, and bounded so that a heartbeat always fits."""
-        text = "".join(parts)
+        text = text_without_lone_surrogates("".join(parts))  # a heartbeat is encoded too
         if len(text) > LIVE_TEXT_MAX_CHARS:
             # a little past the cut, so that a credential across it is still seen whole
             return self.redact(text[: LIVE_TEXT_MAX_CHARS + 1024])[:LIVE_TEXT_MAX_CHARS]

@@ -3,27 +3,44 @@
 An export is a row in ``agent_export`` (sink, session, run, turn, digest): the
 manifest of ``activities/sink_files.py`` for an export delivered as parts, or
 the whole ``{"descriptor", "content"}`` document for one delivered whole. A
-run's parts are rows in ``agent_export_part``, content-addressed (a second
-delivery of the same part or export is a no-op), so the database grows with
-what each boundary adds. ``fetch`` gives any export back whole; ``series``
-lists a run's (or a session's) exports in order. One database may hold several
-sinks: ``name`` keeps their rows apart.
+run's parts are rows in ``agent_export_part``, content-addressed, so the
+database grows with what each boundary adds. ``fetch`` gives any export back
+whole; ``series`` lists a run's (or a session's) exports in order. One database
+may hold several sinks: ``name`` keeps their rows apart.
+
+Nothing is acknowledged that cannot be given back: a delivery reads the headers
+of the run's parts (a few hundred bytes each) and writes again what the chain
+of the export, or of the export it builds on, no longer holds (rows deleted by
+hand, a restore that missed some), as the filesystem sink does. A repeat of an
+export that is whole here writes nothing.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from typing import Any
 
+from pydantic import ValidationError
+
 from durable_agent.activities.sink_files import (
-    ManifestError,
+    MANIFEST_SCHEMA,
     join_manifest,
     plan_parted,
     whole_document,
+    whole_export,
+)
+from durable_agent.activities.sink_manifest import (
+    HEADER_MAX_BYTES,
+    Header,
+    HeaderCache,
+    ManifestError,
+    missing_part,
+    parse_json,
+    part_header,
 )
 from durable_agent.activities.sinks import SinkError
-from durable_agent.activities.store.postgres import PERMANENT_ERRORS, PgPool
-from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1, load_export
+from durable_agent.activities.store.postgres import PERMANENT_ERRORS, SINK_TABLES, PgPool
+from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
 from durable_agent.core.export_parts import PartedExport
 
 
@@ -33,52 +50,76 @@ class PostgresExportSink:
     def __init__(self, dsn: str, name: str = "postgres") -> None:
         self.db = PgPool(dsn)
         self.name = name
+        # the parts' headers read so far: a boundary checks its chain without reading them again
+        self._cache = HeaderCache()
 
     async def connect(self) -> None:
-        await self.db.pool()
+        """Open the pool, migrate the schema and check this role may write the sink's tables."""
+        await self.db.check_writable(SINK_TABLES)
 
     async def aclose(self) -> None:
         await self.db.aclose()
 
     async def deliver(self, export: SessionCheckpointExportV1) -> None:
         d = export.descriptor
-        await self._write(d, [], whole_document(export).decode("utf-8"))
+        try:
+            pool = await self.db.pool()
+            async with pool.acquire() as conn, conn.transaction():
+                await self._write(conn, d, [], whole_document(export).decode("utf-8"))
+        except Exception as exc:
+            raise self._sink_error(exc) from exc
 
     async def deliver_parts(self, export: PartedExport) -> None:
         d = export.descriptor
         try:
             pool = await self.db.pool()
-            async with pool.acquire() as conn:
-                if await self._holds(conn, d):
+            async with pool.acquire() as conn, conn.transaction():
+                # one delivery of a run at a time: two attempts of one boundary must not both
+                # decide what is missing and write half each
+                await conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext('agent_export'), hashtext($1))",
+                    f"{self.name}/{d.session_id}/{d.run_id}",
+                )
+                headers = await self._headers(conn, d)
+                held = await self._manifest(conn, d)
+                if held is not None and _whole_here(held, headers):
                     return
                 parent = await self._parent(conn, d)
+                if parent is not None and missing_part(parent, headers) is not None:
+                    parent = None  # its chain lost a part: this export holds every item again
+                planned = plan_parted(export, parent)
+                await self._write(conn, d, list(planned.parts), planned.manifest_bytes.decode("utf-8"))
         except Exception as exc:
             raise self._sink_error(exc) from exc
-        planned = plan_parted(export, parent)
-        await self._write(d, list(planned.parts), planned.manifest_bytes.decode("utf-8"))
 
-    async def _write(self, d: ExportDescriptor, parts: list[tuple[str, bytes]], manifest: str) -> None:
+    async def _write(
+        self, conn: Any, d: ExportDescriptor, parts: list[tuple[str, bytes]], manifest: str
+    ) -> None:
         run = (self.name, d.session_id, d.run_id)
-        try:
-            pool = await self.db.pool()
-            async with pool.acquire() as conn, conn.transaction():
-                await conn.executemany(
-                    "INSERT INTO agent_export_part (sink, session_id, run_id, name, body) "
-                    "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-                    [(*run, name, data) for name, data in parts],
-                )
-                await conn.execute(
-                    "INSERT INTO agent_export (sink, session_id, run_id, turn, content_digest, manifest) "
-                    "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-                    *run,
-                    d.turn,
-                    d.content_digest,
-                    manifest,
-                )
-        except Exception as exc:
-            raise self._sink_error(exc) from exc
+        # A part's name is its digest, so a row already there holds the same bytes, unless it was
+        # damaged: written again either way (only parts this delivery needs are in ``parts``).
+        await conn.executemany(
+            "INSERT INTO agent_export_part (sink, session_id, run_id, name, body) "
+            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (sink, session_id, run_id, name) "
+            "DO UPDATE SET body = excluded.body WHERE agent_export_part.body <> excluded.body",
+            [(*run, name, data) for name, data in parts],
+        )
+        # A row there for this export names parts that are gone (else nothing would be written):
+        # this manifest, whose parts are all there now, replaces it.
+        await conn.execute(
+            "INSERT INTO agent_export (sink, session_id, run_id, turn, content_digest, manifest) "
+            "VALUES ($1, $2, $3, $4, $5, $6) "
+            "ON CONFLICT (sink, session_id, run_id, turn, content_digest) "
+            "DO UPDATE SET manifest = excluded.manifest",
+            *run,
+            d.turn,
+            d.content_digest,
+            manifest,
+        )
 
     def _sink_error(self, exc: BaseException) -> SinkError:
+        if isinstance(exc, SinkError):
+            return exc
         retryable = not isinstance(exc, PERMANENT_ERRORS)
         return SinkError(f"PostgreSQL sink {self.name!r}: {type(exc).__name__}: {exc}", retryable=retryable)
 
@@ -95,8 +136,31 @@ class PostgresExportSink:
         )
         return text
 
-    async def _holds(self, conn: Any, d: ExportDescriptor) -> bool:
-        return await self._manifest(conn, d) is not None
+    async def _headers(self, conn: Any, d: ExportDescriptor) -> Callable[[str], Header | None]:
+        """The headers of the run's parts here, by name: the names listed, the headers of parts
+        not seen before read (their first bytes). A part whose header is not one counts as not
+        there: it is written again when a chain needs it."""
+        run = (self.name, d.session_id, d.run_id)
+        rows = await conn.fetch(
+            "SELECT name FROM agent_export_part WHERE sink = $1 AND session_id = $2 AND run_id = $3", *run
+        )
+        present = {row["name"] for row in rows}
+        unknown = present - self._cache.known(present)
+        read: dict[str, Header] = {}
+        if unknown:
+            heads = await conn.fetch(
+                "SELECT name, substring(body from 1 for $5) AS head FROM agent_export_part "
+                "WHERE sink = $1 AND session_id = $2 AND run_id = $3 AND name = ANY($4::text[])",
+                *run,
+                sorted(unknown),
+                HEADER_MAX_BYTES,
+            )
+            for row in heads:
+                try:
+                    read[row["name"]] = part_header(bytes(row["head"]))
+                except ManifestError:
+                    continue
+        return self._cache.reader(present, read.get)
 
     async def _parent(self, conn: Any, d: ExportDescriptor) -> dict[str, Any] | None:
         """The manifest of the run's newest export before this one here, if it is a manifest."""
@@ -108,13 +172,11 @@ class PostgresExportSink:
             d.run_id,
             d.turn,
         )
-        if text is None:
-            return None
-        manifest = json.loads(text)
-        return manifest if "descriptor" in manifest and "content" not in manifest else None
+        return None if text is None else _manifest_of(text)
 
     async def fetch(self, descriptor: ExportDescriptor) -> SessionCheckpointExportV1 | None:
-        """The export this sink holds for ``descriptor``, whole (not yet validated)."""
+        """The export this sink holds for ``descriptor``, whole (not yet validated); a
+        ``ManifestError`` (an ``EncodingError``) when what is stored does not add up."""
         d = descriptor
         try:
             pool = await self.db.pool()
@@ -135,11 +197,9 @@ class PostgresExportSink:
 
     @staticmethod
     def _whole(text: str, parts: dict[str, bytes]) -> SessionCheckpointExportV1:
-        manifest = json.loads(text)
-        if "content" in manifest:
-            return load_export(text)
-        if not isinstance(manifest, dict):
-            raise ManifestError("the stored manifest is not an object")
+        manifest = _manifest_of(text)
+        if manifest is None:
+            return whole_export(text, "the stored export")
         return join_manifest(manifest, parts.get)
 
     async def series(self, session_id: str, run_id: str | None = None) -> list[ExportDescriptor]:
@@ -152,4 +212,36 @@ class PostgresExportSink:
             session_id,
             run_id,
         )
-        return [ExportDescriptor.model_validate(json.loads(row["manifest"])["descriptor"]) for row in rows]
+        out = []
+        for row in rows:
+            document = parse_json(row["manifest"].encode("utf-8"), "a stored export")
+            try:
+                out.append(ExportDescriptor.model_validate(document["descriptor"]))
+            except (TypeError, KeyError, ValidationError) as exc:
+                raise ManifestError(f"a stored export has no descriptor: {exc}") from None
+        return out
+
+
+def _manifest_of(text: str) -> dict[str, Any] | None:
+    """The manifest a stored row holds; ``None`` for a whole document (or one that is neither)."""
+    try:
+        document = parse_json(text.encode("utf-8"), "a stored export")
+    except ManifestError:
+        return None
+    if isinstance(document, dict) and document.get("schema") == MANIFEST_SCHEMA:
+        return document
+    return None
+
+
+def _whole_here(text: str, headers: Callable[[str], Header | None]) -> bool:
+    """Whether a stored row gives its export back: a whole document, or a manifest whose parts
+    are all here (a row that is neither is written again)."""
+    try:
+        document = parse_json(text.encode("utf-8"), "a stored export")
+    except ManifestError:
+        return False
+    if not isinstance(document, dict):
+        return False
+    if document.get("schema") == MANIFEST_SCHEMA:
+        return missing_part(document, headers) is None
+    return isinstance(document.get("content"), str) and isinstance(document.get("descriptor"), dict)

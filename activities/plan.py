@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,61 @@ from durable_agent.activities.support import usage_error
 from durable_agent.activities.tools.base import Tool
 from durable_agent.config import AgentConfig, ModelPrices, model_prices
 from durable_agent.core.activity_api import RESOLVE_RUN, ResolveInput
+from durable_agent.core.canonical import canonical_bytes
+from durable_agent.core.models import ToolsUnavailable
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_api import RunSettings
-from durable_agent.core.tool_specs import capability_binding, offered_tools
+from durable_agent.core.tool_specs import MCP_PREFIX, ToolOffer, capability_binding, offered_tools
+
+
+def mcp_server_of(name: str) -> str | None:
+    """The MCP server of an offered tool's name (``mcp__SERVER__TOOL``); None for the worker's own."""
+    if not name.startswith(MCP_PREFIX):
+        return None
+    return name[len(MCP_PREFIX) :].partition("__")[0]
+
+
+def within_catalog_budget(
+    offers: Sequence[ToolOffer], budget: int
+) -> tuple[list[ToolOffer], list[ToolsUnavailable]]:
+    """The offers a plan can carry within ``budget`` bytes of definitions (canonical JSON), and
+    the MCP servers left out.
+
+    The plan travels in Temporal payloads (2 MiB at most): a server with large schemas would
+    make every run fail at its start. The worker's own tools count first; then each MCP
+    server, in name order, joins whole or not at all.
+
+    Args:
+        offers: The tools offered, by name.
+        budget: ``[limits] max_tool_catalog_bytes``.
+
+    Returns:
+        The offers kept (in their order), and one ``ToolsUnavailable`` per server left out.
+    """
+    size = {o.definition.name: len(canonical_bytes(o.definition)) for o in offers}
+    used = 0
+    by_server: dict[str, list[str]] = {}
+    for offer in offers:
+        name = offer.definition.name
+        server = mcp_server_of(name)
+        if server is None:
+            used += size[name]
+        else:
+            by_server.setdefault(server, []).append(name)
+    left_out: list[ToolsUnavailable] = []
+    for server, names in sorted(by_server.items()):
+        bytes_ = sum(size[n] for n in names)
+        if used + bytes_ > budget:
+            reason = (
+                f"the definitions of its {len(names)} tools are {bytes_} bytes, and with the run's other "
+                f"tools ({used} bytes) they would pass [limits] max_tool_catalog_bytes={budget}: the server "
+                "is left out of this run (raise the limit, or offer fewer of its tools with a deny rule)"
+            )
+            left_out.append(ToolsUnavailable(server=server, tools=tuple(names), reason=reason))
+        else:
+            used += bytes_
+    gone = {name for gap in left_out for name in gap.tools}
+    return [o for o in offers if o.definition.name not in gone], left_out
 
 
 class RunPlanner:
@@ -64,7 +116,16 @@ class RunPlanner:
         if self.mcp:
             # what the MCP servers offer now: a run is offered their current tools
             await self.mcp.for_run()
-        offers = tuple(t.offer() for t in offered_tools((t.spec for t in self.tools.values()), permissions))
+        offered = [t.offer() for t in offered_tools((t.spec for t in self.tools.values()), permissions)]
+        kept, left_out = within_catalog_budget(offered, config.limits.max_tool_catalog_bytes)
+        if left_out:
+            activity.logger.warning(
+                "run %s: MCP server(s) %s left out: %s",
+                inp.run_id,
+                ", ".join(gap.server for gap in left_out),
+                left_out[0].reason,
+            )
+        offers = tuple(kept)
         return RunPlan(
             session_id=inp.session_id,
             run_id=inp.run_id,
@@ -84,6 +145,7 @@ class RunPlanner:
             timeouts=config.timeouts,
             limits=config.limits,
             context=context_policy(config, model),
+            tools_refused=tuple(left_out),
         )
 
     def _budgets(self, run: RunSettings, model: str) -> dict[str, Any]:

@@ -274,7 +274,9 @@ class RunLogs:
         except StateMissing as exc:
             raise state_missing(exc) from None
         # an export is portable: it holds the images whole, not the store's references to them
-        messages = await filled_images(self.store, header.run_id, run_log.messages)
+        messages = await filled_images(
+            self.store, header.run_id, run_log.messages, self.states.filled(header.run_id)
+        )
         payload = export_payload(header, run_log, await self.states.prior_runs(header), inp.facts, messages)
         draft = self.states.encoder(inp.log.run_id).draft(payload)
         content, logical, snapshot = await asyncio.gather(

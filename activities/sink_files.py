@@ -22,6 +22,7 @@ one portable file.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,17 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from durable_agent.activities.files import write_atomic
+from durable_agent.activities.sink_manifest import (
+    HEADER_MAX_BYTES,
+    HeaderCache,
+    ManifestError,
+    missing_part,
+    parse_json,
+    part_header,
+    part_name,
+    series_of,
+    shown,
+)
 from durable_agent.core.canonical import canonical_bytes, sha256_digest
 from durable_agent.core.export import (
     PAYLOAD_SCHEMA,
@@ -39,16 +51,27 @@ from durable_agent.core.export import (
     load_export,
 )
 from durable_agent.core.export_parts import CHAIN_START, PartedExport, joined
-from durable_agent.core.json_limits import DOCUMENT_MAX_DEPTH, JsonLimitError
-from durable_agent.core.json_limits import loads as bounded_loads
+
+__all__ = [
+    "MANIFEST_SCHEMA",
+    "ManifestError",
+    "PartedWrite",
+    "folder_headers",
+    "folder_reader",
+    "join_manifest",
+    "newest_manifest",
+    "parts_present",
+    "plan_parted",
+    "read_export_file",
+    "read_manifest",
+    "whole_document",
+    "whole_export",
+    "write_parted",
+]
 
 MANIFEST_SCHEMA: Final = "durable-agent.export-manifest.v1"
 PARTS = "parts"
 _TEXT_PARTS = ("logical_head", "logical_tail", "snapshot_head", "record_head", "record_tail", "snapshot_tail")
-
-
-class ManifestError(EncodingError):
-    """A manifest, or a part it names, is missing, damaged or does not add up."""
 
 
 def _series(head: str | None, count: int, chain: str) -> dict[str, Any]:
@@ -106,7 +129,11 @@ def write_parted(path: Path, export: PartedExport, parent: dict[str, Any] | None
     planned = plan_parted(export, parent)
     for name, data in planned.parts:
         part = path.parent / PARTS / name
-        if not part.exists():
+        try:
+            intact = part.stat().st_size == len(data)
+        except FileNotFoundError:
+            intact = False
+        if not intact:  # not there, or cut short: its name says what it must hold
             write_atomic(part, data)
     write_atomic(path, planned.manifest_bytes)
     return planned.manifest
@@ -116,11 +143,13 @@ def _kept(parent: dict[str, Any] | None, key: str, chains: tuple[str, ...]) -> t
     """How many of the first items the parent's parts hold already, and its newest part."""
     if parent is None:
         return 0, None
-    series = parent[key]
-    count = series["count"]
-    if count == 0 or count > len(chains) or chains[count - 1] != series["chain"]:
+    try:
+        count, part, chain = series_of(parent, key)
+    except ManifestError:
+        return 0, None  # a parent that does not add up is no parent: everything is written
+    if count == 0 or count > len(chains) or chains[count - 1] != chain:
         return 0, None
-    return count, series["part"]
+    return count, part
 
 
 def _part(header: dict[str, Any], items: tuple[bytes, ...]) -> tuple[str, bytes]:
@@ -134,15 +163,34 @@ def whole_document(export: SessionCheckpointExportV1) -> bytes:
     return json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
-def parts_present(folder: Path, manifest: dict[str, Any]) -> bool:
-    """Whether the newest parts a manifest names are still in ``folder``'s parts."""
-    heads = (manifest["messages"]["part"], manifest["events"]["part"], manifest["prior"])
-    return all((folder / PARTS / head).is_file() for head in heads if head is not None)
+def parts_present(folder: Path, manifest: dict[str, Any], cache: HeaderCache | None = None) -> bool:
+    """Whether every part a manifest needs is in ``folder``'s parts: the whole chain, so a part
+    deleted anywhere in it, not only the newest, makes it ``False``. The parts' headers are
+    read (or taken from ``cache``); the folder is listed once."""
+    parts = folder / PARTS
+    try:
+        present = set(os.listdir(parts))
+    except FileNotFoundError:
+        present = set()
+    return missing_part(manifest, (cache or HeaderCache()).reader(present, folder_headers(parts))) is None
+
+
+def folder_headers(folder: Path) -> Callable[[str], dict[str, Any] | None]:
+    """Parts' headers read from ``folder`` (``None`` for a part that is not there or not whole)."""
+
+    def header(name: str) -> dict[str, Any] | None:
+        try:
+            with open(folder / name, "rb") as f:
+                return part_header(f.read(HEADER_MAX_BYTES))
+        except (OSError, ManifestError):
+            return None
+
+    return header
 
 
 def read_manifest(path: Path) -> dict[str, Any] | None:
     """The manifest in ``path``; ``None`` for a file written whole."""
-    raw = _parse(path.read_bytes(), path.name)
+    raw = parse_json(path.read_bytes(), path.name)
     return raw if isinstance(raw, dict) and raw.get("schema") == MANIFEST_SCHEMA else None
 
 
@@ -166,11 +214,23 @@ def read_export_file(path: Path) -> SessionCheckpointExportV1:
     a portable file; not yet validated (``open()`` checks every digest)."""
     data = path.read_bytes()
     if b'"' + MANIFEST_SCHEMA.encode() + b'"' not in data[:200]:
-        return load_export(data)
-    raw = _parse(data, path.name)
+        return whole_export(data, path.name)
+    raw = parse_json(data, path.name)
     if not isinstance(raw, dict) or raw.get("schema") != MANIFEST_SCHEMA:
-        return load_export(data)
+        return whole_export(data, path.name)
     return join_manifest(raw, folder_reader(path.parent / PARTS))
+
+
+def whole_export(data: bytes | str, what: str) -> SessionCheckpointExportV1:
+    """An export written whole (``{"descriptor", "content"}``); ``EncodingError`` when it is not."""
+    try:
+        return load_export(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the document"
+        raise EncodingError(
+            f"{what} is not an export: {where}: {first['msg']} ({exc.error_count()} problem(s))"
+        ) from None
 
 
 def folder_reader(folder: Path) -> Callable[[str], bytes | None]:
@@ -189,15 +249,22 @@ def join_manifest(
     manifest: dict[str, Any], parts: Callable[[str], bytes | None]
 ) -> SessionCheckpointExportV1:
     """The whole export a manifest names, its parts read with ``parts`` (name -> bytes)."""
+    if not isinstance(manifest, dict):
+        raise ManifestError("the manifest is not a JSON object")
+    texts: dict[str, bytes] = {}
+    for key in _TEXT_PARTS:
+        value = manifest.get(key)
+        if not isinstance(value, str):
+            raise ManifestError(f"the manifest's {key} is {shown(value)}, not a text")
+        texts[key] = value.encode("utf-8", "surrogatepass")
     try:
-        descriptor = ExportDescriptor.model_validate(manifest["descriptor"])
-        texts = {key: str(manifest[key]).encode("utf-8") for key in _TEXT_PARTS}
-        reader = _Parts(parts)
-        messages = reader.items(manifest["messages"], "messages")
-        events = reader.items(manifest["events"], "events")
-        prior = reader.records(manifest["prior"])
-    except (KeyError, TypeError, ValidationError) as exc:
-        raise ManifestError(f"the manifest is not one this sink writes: {exc}") from None
+        descriptor = ExportDescriptor.model_validate(manifest.get("descriptor"))
+    except ValidationError as exc:
+        raise ManifestError(f"the manifest's descriptor is not one: {exc.errors()[0]['msg']}") from None
+    reader = _Parts(parts)
+    messages = reader.items(manifest, "messages")
+    events = reader.items(manifest, "events")
+    prior = reader.records(part_name(manifest.get("prior")))
     pieces = (
         b'{"logical_resume":',
         texts["logical_head"],
@@ -229,8 +296,7 @@ class _Parts:
 
     def part(self, name: str) -> tuple[dict[str, Any], list[bytes]]:
         if name not in self._read:
-            if not isinstance(name, str) or len(name) != 64 or not all(c in "0123456789abcdef" for c in name):
-                raise ManifestError(f"{name!r} is not the name of a part")
+            part_name(name)
             try:
                 data = self.read(name)
             except OSError as exc:
@@ -239,17 +305,19 @@ class _Parts:
                 raise ManifestError(f"part {name} is missing")
             if sha256_digest(data) != "sha256:" + name:
                 raise ManifestError(f"part {name} does not match its name (damaged)")
-            first, _, rest = data.partition(b"\n")
-            header = _parse(first, f"part {name}")
-            lines = rest.split(b"\n")
+            try:
+                header = part_header(data)
+            except ManifestError as exc:
+                raise ManifestError(f"part {name}: {exc}") from None
+            lines = data.partition(b"\n")[2].split(b"\n")
             if lines[-1] != b"":
                 raise ManifestError(f"part {name} does not end with a line break")
             self._read[name] = (header, lines[:-1])
         return self._read[name]
 
-    def items(self, series: dict[str, Any], key: str) -> list[bytes]:
-        """The ``count`` items of ``key`` the chain of parts from ``series["part"]`` holds."""
-        count, name = int(series["count"]), series["part"]
+    def items(self, manifest: dict[str, Any], key: str) -> list[bytes]:
+        """The ``count`` items of ``key`` the chain of parts from the manifest's newest holds."""
+        count, name, chain = series_of(manifest, key)
         chunks: list[list[bytes]] = []
         held, seen = 0, set()
         while held < count:
@@ -257,6 +325,8 @@ class _Parts:
                 raise ManifestError(f"the parts hold {held} of the {count} {key} the manifest names")
             seen.add(name)
             header, lines = self.part(name)
+            if header.get("kind") == "records":
+                raise ManifestError(f"part {name} holds records, not {key}")
             m, e = header["messages"]["new"], header["events"]["new"]
             if m + e != len(lines):
                 raise ManifestError(f"part {name} holds {len(lines)} lines, its header says {m + e}")
@@ -267,7 +337,7 @@ class _Parts:
         if held != count:
             raise ManifestError(f"the parts hold {held} {key}, the manifest names {count}")
         out = [item for chunk in reversed(chunks) for item in chunk]
-        if count == 0 and series.get("chain", CHAIN_START) != CHAIN_START:
+        if count == 0 and chain != CHAIN_START:
             raise ManifestError(f"the manifest's {key} chain is not that of no items")
         return out
 
@@ -278,10 +348,3 @@ class _Parts:
         if header.get("kind") != "records" or header.get("new") != len(lines):
             raise ManifestError(f"part {name} is not the prior runs' records")
         return lines
-
-
-def _parse(data: bytes, what: str) -> Any:
-    try:
-        return bounded_loads(data.decode("utf-8"), max_depth=DOCUMENT_MAX_DEPTH)
-    except (UnicodeDecodeError, JsonLimitError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"{what} is not a JSON document within limits: {exc}") from None

@@ -15,7 +15,8 @@ from durable_agent.activities.sink_files import (
     whole_document,
     write_parted,
 )
-from durable_agent.activities.store.base import safe_name
+from durable_agent.activities.sink_manifest import HeaderCache
+from durable_agent.activities.store.base import legacy_name, safe_name
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
 from durable_agent.core.export_parts import PartedExport
 
@@ -64,6 +65,8 @@ class FilesystemExportSink:
         self.root = root
         # the newest manifest written in each run folder, so a boundary need not look for it
         self._newest: dict[Path, tuple[str, dict[str, Any]]] = {}
+        # the parts' headers read so far: a boundary checks its chain without reading them again
+        self._headers = HeaderCache()
 
     def path_for(self, export: SessionCheckpointExportV1) -> Path:
         return self._path(export.descriptor)
@@ -93,22 +96,23 @@ class FilesystemExportSink:
             raise SinkError(f"cannot write {path} or its parts: {exc}") from exc
 
     def _holds(self, path: Path) -> bool:
-        """Whether the export's manifest is here with its newest parts (a machine that crashed
-        after the manifest's rename may have lost a part's: written again then)."""
+        """Whether the export's manifest is here with every part its chain needs (a machine that
+        crashed after the manifest's rename may have lost a part, someone may have deleted
+        one: the export is written again then, never acknowledged unreadable)."""
         if not path.exists():
             return False
         try:
             manifest = read_manifest(path)
         except (OSError, ValueError):
             return False
-        return manifest is not None and parts_present(path.parent, manifest)
+        return manifest is not None and parts_present(path.parent, manifest, self._headers)
 
     def _write_parts(self, path: Path, export: PartedExport) -> None:
         known = self._newest.get(path.parent)
         parent = (
             known[1] if known is not None and known[0] < path.name else newest_manifest(path.parent, path)
         )
-        if parent is not None and not parts_present(path.parent, parent):  # the folder was cleaned
+        if parent is not None and not parts_present(path.parent, parent, self._headers):  # a part is gone
             parent = None
         manifest = write_parted(path, export, parent)
         if known is None or known[0] < path.name:
@@ -122,4 +126,13 @@ class FilesystemExportSink:
         try:
             return await asyncio.to_thread(read_export_file, path)
         except FileNotFoundError:
+            pass
+        # written by an earlier version under a session folder other ids shared: only if it is this one
+        legacy = self.root / legacy_name(descriptor.session_id) / path.parent.name / path.name
+        if legacy == path:
             return None
+        try:
+            export = await asyncio.to_thread(read_export_file, legacy)
+        except FileNotFoundError:
+            return None
+        return export if export.descriptor == descriptor else None

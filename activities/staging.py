@@ -53,16 +53,46 @@ async def stage_images(
     return tuple(i.reference() for i in images)
 
 
-async def filled_images(store: SessionStore, run_id: str, messages: Sequence[Message]) -> list[Message]:
-    """``messages`` with the data of their referenced images read back from the store."""
-    digests = referenced_digests(messages)
-    if not digests:
-        return list(messages)
+async def filled_images(
+    store: SessionStore,
+    run_id: str,
+    messages: Sequence[Message],
+    memo: dict[int, tuple[Message, Message]] | None = None,
+) -> list[Message]:
+    """``messages`` with the data of their referenced images read back from the store.
+
+    Args:
+        store: the session store the tool activities kept the images in.
+        run_id: the run whose images they are.
+        messages: the conversation, images by reference.
+        memo: ``id(message)`` to ``(message, filled)`` from earlier calls: a message filled
+            before comes back as the same object (an export's encoder then knows it and does
+            not encode it again), and its images are not read again.
+
+    Returns:
+        The messages; those with images are other objects, holding the images' data.
+    """
+    memo = {} if memo is None else memo
+    out = list(messages)
+    todo: list[int] = []
+    for index, message in enumerate(messages):
+        if message.images():
+            hit = memo.get(id(message))
+            if hit is not None and hit[0] is message:
+                out[index] = hit[1]
+            else:
+                todo.append(index)
+    if not todo:
+        return out
     found = {}
-    for digest in digests:
+    for digest in referenced_digests(messages[i] for i in todo):
         data = await staged_text(store, run_id, digest)
         if data is not None:
             found[digest] = data
         else:
             log.warning("run %s: the store no longer holds image %s", run_id, digest)
-    return with_image_data(messages, found)
+    filled = with_image_data([messages[i] for i in todo], found)
+    for index, shown in zip(todo, filled, strict=True):
+        out[index] = shown
+        memo[id(messages[index])] = (messages[index], shown)
+    return out

@@ -30,20 +30,23 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
 )
 from temporalio.converter import DataConverter
 from temporalio.envconfig import ClientConfig
-from temporalio.exceptions import CancelledError
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError
 
 from durable_agent.codec import data_converter
 from durable_agent.config import AgentConfig, load_config
 from durable_agent.core.activity_api import MODEL_CALL
+from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.export import SessionCheckpointExportV1
 from durable_agent.core.models import EndEvent, EventRecord, LiveText
-from durable_agent.core.plan import WORKFLOW_TASK_SECONDS
+from durable_agent.core.plan import MESSAGE_BYTES_CEILING, WORKFLOW_TASK_SECONDS
 from durable_agent.core.run_api import (
     AWAITING_PROMPT,
+    INPUT_TOO_LARGE,
     QUERY_EVENTS,
     QUERY_RESULT,
     QUERY_STATUS,
@@ -278,9 +281,30 @@ async def follow_turn(
         yield item
 
 
+def check_message_size(text: str, what: str) -> None:
+    """Refuse, before sending, a message no worker takes (``MESSAGE_BYTES_CEILING``), as the run
+    would: ``WorkflowUpdateFailedError`` with an ``InputTooLarge`` cause. A run's own limit
+    (``[limits] max_message_bytes``, 262,144 bytes by default) is checked by the run.
+
+    Several such updates at once would have Temporal terminate the run (``core.plan``).
+    """
+    size = len(canonical_bytes(text))
+    if size > MESSAGE_BYTES_CEILING:
+        raise WorkflowUpdateFailedError(
+            ApplicationError(
+                f"the {what} is {size} bytes as JSON, over the {MESSAGE_BYTES_CEILING} bytes any run "
+                "takes: not sent (put the text in a file in the workspace, and ask the model to read it)",
+                type=INPUT_TOO_LARGE,
+                non_retryable=True,
+            )
+        )
+
+
 async def send_prompt(handle: WorkflowHandle[Any, Any], text: str) -> PromptAccepted:
     """The next prompt of a run that waits for one (update ``prompt``); its turn's events follow
-    ``after_sequence``. Rejected (``WorkflowUpdateFailedError``) when the run is not waiting."""
+    ``after_sequence``. Rejected (``WorkflowUpdateFailedError``) when the run is not waiting, or
+    the text is too large (``InputTooLarge``, refused here past ``MESSAGE_BYTES_CEILING``)."""
+    check_message_size(text, "prompt")
     accepted: PromptAccepted = await handle.execute_update(
         UPDATE_PROMPT, FollowUpPrompt(text=text), result_type=PromptAccepted
     )
@@ -288,7 +312,10 @@ async def send_prompt(handle: WorkflowHandle[Any, Any], text: str) -> PromptAcce
 
 
 async def steer_run(handle: WorkflowHandle[Any, Any], text: str) -> SteerAccepted:
-    """A user message the run's model sees at its next request (update ``steer``)."""
+    """A user message the run's model sees at its next request (update ``steer``). Rejected
+    (``WorkflowUpdateFailedError``) past the run's limits (``InputTooLarge``, ``SteerQueueFull``,
+    ``HistoryLimit``), or when the run waits for a prompt."""
+    check_message_size(text, "steer")
     accepted: SteerAccepted = await handle.execute_update(
         UPDATE_STEER, SteerMessage(text=text), result_type=SteerAccepted
     )

@@ -228,10 +228,13 @@ def dsn_from_environment(what: str, variable: str) -> str:
 class SandboxConfig(_Strict):
     """Where the ``bash`` tool's commands run (``durable_agent.activities.tools.sandbox``).
 
-    ``bubblewrap`` (the default) runs each command in a bubblewrap sandbox:
-    the workspace writable, the rest of the file system read-only, no
-    network unless ``network``, its own process tree that dies with the call.
-    ``none`` runs it directly on the worker's machine, as the worker's user.
+    ``bubblewrap`` (the default) runs each command in a bubblewrap sandbox that
+    shows only ``system_paths`` (read-only), the workspace, a private ``/tmp``
+    and the ``read_only`` and ``writable`` paths; in a user namespace as
+    ``uid``/``gid``; with no network unless ``network``; bounded by the
+    ``max_*`` limits; in its own process tree that dies with the call.
+    ``none`` runs it directly on the worker's machine, as the worker's user
+    (the ``max_*`` limits but ``max_processes`` still apply).
     """
 
     kind: Literal["bubblewrap", "none"] = "bubblewrap"
@@ -240,6 +243,49 @@ class SandboxConfig(_Strict):
     # the worker's home) or write, at the same path inside.
     read_only: tuple[Path, ...] = ()
     writable: tuple[Path, ...] = ()
+    # The system folders shown read-only, those that exist (a link, as /bin -> usr/bin, is
+    # shown as that link). An allow-list: nothing else of the host is there, so a toolchain
+    # elsewhere (~/.cargo, /srv/jdk) goes in read_only.
+    system_paths: tuple[Path, ...] = tuple(
+        Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+    ) + tuple(Path(p) for p in ("/etc", "/opt", "/nix", "/sys"))
+    # Paths the command must not see, absolute or relative to the workspace (".env"). The
+    # worker adds its session store and filesystem export sinks.
+    hide: tuple[Path, ...] = ()
+    # Whether the command may change the repository's .git/hooks and .git/config, which git
+    # later runs and reads outside the sandbox. Read-only unless true.
+    git_metadata_writable: bool = False
+    # A user namespace in which the command is uid/gid: false only where the kernel allows
+    # none (the probe says so): as root, the command is then uid 0 inside, without capabilities.
+    user_namespace: bool = True
+    uid: int = Field(1000, ge=1, le=2**32 - 2)
+    gid: int = Field(1000, ge=1, le=2**32 - 2)
+    # Who the command is on the host when the worker runs as root: the owner of the workspace
+    # folder when that is not root (so it is never root on the host there), else root;
+    # "worker": always the worker's user. A worker that is not root runs it as itself.
+    run_as: Literal["workspace-owner", "worker"] = "workspace-owner"
+    # Bounds of one call; 0: none. Processes (and threads) at once in the sandbox; address
+    # space, file size and CPU time of each of its processes.
+    max_processes: int = Field(1024, ge=0)
+    max_memory_bytes: int = Field(4 * 1024**3, ge=0)
+    max_file_bytes: int = Field(1024**3, ge=0)
+    max_cpu_seconds: int = Field(3600, ge=0)
+
+    @field_validator("system_paths")
+    @classmethod
+    def _absolute(cls, paths: tuple[Path, ...]) -> tuple[Path, ...]:
+        for path in paths:
+            if not path.is_absolute():
+                raise ValueError(f"system_paths are absolute paths: {str(path)!r} is not")
+        return paths
+
+    @field_validator("max_memory_bytes")
+    @classmethod
+    def _enough_to_start(cls, value: int) -> int:
+        smallest = 32 * 1024**2  # what a shell needs to start, with room for a small command
+        if 0 < value < smallest:
+            raise ValueError(f"below {smallest} bytes no shell starts (0: no limit)")
+        return value
 
 
 class ConversationConfig(_Strict):
@@ -297,13 +343,25 @@ def model_settings(provider: ProviderConfig, model: str) -> ResolvedModelSetting
 
 class ContextConfig(_Strict):
     """Context management (``durable_agent.core.context``): compact before a request past
-    ``compact_at`` of the usable window (the window less the answer's ``max_tokens``); the
-    newest ``keep_recent`` tool results are never elided; summaries are written by
-    ``compaction_model`` ("provider/model"; unset: the run's model)."""
+    ``compact_at`` of the usable window (the window less the answer's ``max_tokens``), down to
+    ``compact_to`` of it; the newest ``keep_recent`` tool results are never elided; summaries
+    are written by ``compaction_model`` ("provider/model"; unset: the run's model)."""
 
-    compact_at: float = Field(0.8, gt=0, le=1)
+    # 0.9 -> 0.4: few, large compactions, so that the provider's prompt cache holds (see
+    # ``durable_agent.core.context``)
+    compact_at: float = Field(0.9, gt=0, le=1)
+    compact_to: float = Field(0.4, gt=0, lt=1)
     keep_recent: int = Field(4, ge=0)
     compaction_model: str | None = None
+
+    @model_validator(mode="after")
+    def _down_from_above(self) -> ContextConfig:
+        if self.compact_to >= self.compact_at:
+            raise ValueError(
+                f"compact_to ({self.compact_to}) must be below compact_at ({self.compact_at}): a "
+                "compaction brings the request down from compact_at to compact_to"
+            )
+        return self
 
     @field_validator("compaction_model")
     @classmethod
@@ -342,6 +400,9 @@ class CodecConfig(_Strict):
 
     keys: dict[str, Annotated[str, Field(pattern=_ENV_NAME)]] = Field(default_factory=dict)
     encrypt_with: str | None = None
+    # With keys, a worker refuses a run's start input and its updates when they come unencrypted
+    # (a client without the keys); true takes them, for runs started before encryption was on.
+    accept_plaintext: bool = False
 
     @field_validator("keys")
     @classmethod

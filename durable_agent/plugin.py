@@ -103,8 +103,10 @@ class DurableAgentPlugin(SimplePlugin):
         # a converter of the host's own: keep its codec and failure converter unless ours encrypts
         converter = dataclasses.replace(existing, payload_converter_class=PydanticPayloadConverter)
         if self.config.codec.enabled:
+            # ours refuses what clients send a run unless it came encrypted (``codec.py``)
             converter = dataclasses.replace(
                 converter,
+                payload_converter_class=ours.payload_converter_class,
                 payload_codec=ours.payload_codec,
                 failure_converter_class=ours.failure_converter_class,
             )

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import hashlib
 import importlib
 import ipaddress
 import logging
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
     from opentelemetry.trace import TracerProvider
     from temporalio.client import Client, Interceptor
+    from temporalio.contrib.opentelemetry import TracingInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +144,66 @@ def shutdown_tracing() -> None:
 
 def tracing_interceptors(tracer_provider: TracerProvider | None = None) -> list[Interceptor]:
     """Temporal's tracing interceptor, for ``Client.connect(interceptors=...)``: it traces the
-    client's calls and, through the client, every worker's workflows and activities.
+    client's calls and, through the client, every worker's workflows and activities; a run
+    started without a trace context is one trace too (``run_tracing_interceptor``).
     ``tracer_provider``: the global one by default (none installed: spans cost nothing)."""
     from opentelemetry import trace
-    from temporalio.contrib.opentelemetry import TracingInterceptor
 
-    return [TracingInterceptor(trace.get_tracer("durable_agent", tracer_provider=tracer_provider))]
+    interceptor = run_tracing_interceptor()
+    return [interceptor(trace.get_tracer("durable_agent", tracer_provider=tracer_provider))]
+
+
+def run_trace_context(workflow_id: str, first_run_id: str) -> tuple[int, int]:
+    """The trace id and parent span id of a run that arrived without a trace context: derived
+    from its workflow id and first run id, so every replay, on any worker, finds the same."""
+    digest = hashlib.sha256(f"durable-agent.trace\0{workflow_id}\0{first_run_id}".encode()).digest()
+    return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:24], "big") or 1
+
+
+@functools.cache
+def run_tracing_interceptor() -> type[TracingInterceptor]:
+    """Temporal's ``TracingInterceptor``, for runs that arrive without a parent span too.
+
+    The SDK makes a workflow's spans only under the context its start carried (the client's
+    ``StartWorkflow`` span). A run started where nobody traces (``temporal workflow execute``,
+    the UI, a schedule) would get none, and its activities' spans would each begin a trace of
+    their own; the SDK's ``always_create_workflow_spans`` makes the workflow's spans, but each
+    of them a root, since the workflow keeps no context between its tasks. Here such a run
+    gets a context of its own instead, made from its ids (``run_trace_context``): its workflow
+    spans, its activities and their model and tool calls are one trace, the same after a
+    replay on any worker and across ``continue_as_new`` (which carries the context on). The
+    parent span it names is never exported: a trace viewer shows the run's ``RunWorkflow``
+    span under a root it did not receive. Queries without a context still make no span.
+    """
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+    from temporalio import workflow
+    from temporalio.contrib.opentelemetry import TracingInterceptor, TracingWorkflowInboundInterceptor
+    from temporalio.worker import WorkflowInterceptorClassInput
+
+    class RunTracingInbound(TracingWorkflowInboundInterceptor):
+        def _load_workflow_context_carrier(self) -> Any:
+            carrier = super()._load_workflow_context_carrier()
+            if carrier:
+                return carrier
+            info = workflow.info()
+            trace_id, span_id = run_trace_context(info.workflow_id, info.first_execution_run_id)
+            parent = SpanContext(
+                trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+            )
+            made: dict[str, list[str] | str] = {}
+            self.text_map_propagator.inject(made, trace.set_span_in_context(NonRecordingSpan(parent)))
+            self._workflow_context_carrier = made
+            return made
+
+    class RunTracingInterceptor(TracingInterceptor):
+        def workflow_interceptor_class(
+            self, input: WorkflowInterceptorClassInput
+        ) -> type[TracingWorkflowInboundInterceptor]:
+            super().workflow_interceptor_class(input)  # registers the span-making extern function
+            return RunTracingInbound
+
+    return RunTracingInterceptor
 
 
 # --- metrics --------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ histories): ::
     python scripts/record_history.py compacted tests/histories/agent_run_compacted_v5.json
     python scripts/record_history.py conversation tests/histories/agent_run_conversation_v5.json
     python scripts/record_history.py cancelled tests/histories/agent_run_cancelled_v6.json
+    python scripts/record_history.py reasoning tests/histories/agent_run_reasoning_v6.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -34,6 +35,9 @@ the ``cancel`` signal stopped it.
 ``conversation``: a run with ``follow_ups``: a second prompt after its answer, then ``end``.
 ``continued``: a run that continues as new, twice, once between two calls of
 one model step; OUT gets its first execution, OUT-last its last.
+``reasoning``: a model that thinks before each step (its thinking kept in the conversation,
+a ``thinking`` event each step) and takes images (``attachment``): a ``read`` of a PNG whose
+image the history holds by digest only.
 ``guarded``: the guard rails: an approved call id that the model reuses in a
 later step is asked about again; a read through a link to a denied file is
 refused by the tool activity; a read through a link to a path that needs
@@ -101,6 +105,17 @@ def big_files(ws: Path) -> None:
     """Six 20 KB files: more than the ``compacted`` scenario's small context window holds."""
     for i in range(1, 7):
         (ws / f"f{i}.txt").write_text(f"file {i} lorem ipsum dolor sit amet consectetur\n" * 400)
+
+
+# A 1x1 PNG.
+TINY_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201e5273e1e0000000049454e44ae426082"
+)
+
+
+def plot(ws: Path) -> None:
+    (ws / "plot.png").write_bytes(TINY_PNG)
 
 
 async def converse(handle: WorkflowHandle[Any, Any]) -> None:
@@ -184,6 +199,21 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "during": cancel_after_first_export,
         "status": "cancelled",
     },
+    "reasoning": {
+        "responses": [
+            {
+                "thinking": "The plot first: read it.",
+                "text": "Looking at the plot.",
+                **read_call("r1", "plot.png"),
+            },
+            {"thinking": "A single pixel. Now a.txt.", **read_call("r2", "a.txt")},
+            {"thinking": "Both are read; answer.", "text": "a pixel, and alpha"},
+        ],
+        "permissions": {"allow": ["read(*)"]},
+        "prompt": "what do plot.png and a.txt hold?",
+        "setup": plot,
+        "attachment": True,
+    },
     "guarded": {
         "responses": [
             tool_call("l1", "ls", path="."),
@@ -226,6 +256,7 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> list[str]:
                     **(
                         {"context_window": scenario["context_window"]} if "context_window" in scenario else {}
                     ),
+                    **({"attachment": True} if scenario.get("attachment") else {}),
                 }
             },
             "context": scenario.get("context", {}),

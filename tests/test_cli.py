@@ -169,7 +169,7 @@ async def test_verify_names_the_typed_error_of_a_tampered_export(
     assert f"FAILED {broken}: ManifestError: part" in done.out, done.out
     assert f"FAILED {drifted}: ContentDrift:" in done.out
     assert f"FAILED {relabelled}: InvalidDescriptor:" in done.out
-    assert f"FAILED {garbage}: ValidationError:" in done.out
+    assert f"FAILED {garbage}: EncodingError:" in done.out
 
 
 @pytest.mark.parametrize(

@@ -19,33 +19,65 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload, Payloads, SearchAttributes
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.failure.v1 import Failure
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistory,
+    WorkflowUpdateFailedError,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities import AgentActivities
+from durable_agent.activities.providers import build_providers
 from durable_agent.cli.codec_server import CodecServer, parse_bind
+from durable_agent.client import send_prompt
 from durable_agent.codec import (
+    DECRYPTED_METADATA,
     ENCODING,
     KEY_ID_METADATA,
+    UNDECRYPTABLE_ENCODING,
     AesGcmCodec,
     CodecError,
     KeyRing,
+    PlaintextTolerantConverter,
+    SealedPayloadConverter,
     codec_for,
     data_converter,
     load_keys,
     new_key,
 )
 from durable_agent.config import CodecConfig, ConfigError
-from durable_agent.core.run_api import AgentRunResult
-from tests.helpers import final, read_call, running_worker, scripted_config, start, workspace_with
+from durable_agent.core.run_api import (
+    PAYLOAD_REFUSED,
+    AgentRunResult,
+    ApprovalAnswer,
+    ApprovalDecision,
+    FollowUpPrompt,
+    SteerMessage,
+)
+from tests.helpers import (
+    RecordingProvider,
+    awaiting_approval,
+    final,
+    read_call,
+    run_status,
+    running_worker,
+    scripted_config,
+    start,
+    status_when,
+    workspace_with,
+)
 
 UI_ORIGIN = "http://localhost:8233"
 REPO = Path(__file__).resolve().parent.parent
@@ -161,7 +193,11 @@ def test_without_keys_the_data_converter_is_pydantics_unchanged() -> None:
     config = CodecConfig(keys={"k": "K"}, encrypt_with="k")
     encrypting = data_converter(config, {"K": new_key()})
     assert isinstance(encrypting.payload_codec, AesGcmCodec)
-    assert encrypting.payload_converter_class is pydantic_data_converter.payload_converter_class
+    # pydantic's, refusing what clients send a run unless it came encrypted
+    assert encrypting.payload_converter_class is SealedPayloadConverter
+    assert issubclass(SealedPayloadConverter, pydantic_data_converter.payload_converter_class)
+    tolerant = data_converter(config.model_copy(update={"accept_plaintext": True}), {"K": new_key()})
+    assert tolerant.payload_converter_class is PlaintextTolerantConverter
 
 
 async def test_failure_messages_are_encrypted_too() -> None:
@@ -555,3 +591,162 @@ async def test_codec_server_command_serves_until_sigterm(
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+# --- integrity: what a worker with keys takes from clients ----------------------------------
+
+INJECTED = "INJECTED-BY-A-CLIENT-WITHOUT-THE-KEY"
+
+
+async def test_a_marking_codec_leaves_what_it_cannot_decrypt_for_its_reader_to_refuse() -> None:
+    key = os.urandom(32)
+    ours = AesGcmCodec(ring("k1", k1=key), marking=True)
+    prompt = pydantic_data_converter.payload_converter.to_payloads([FollowUpPrompt(text="hello")])[0]
+    converter = SealedPayloadConverter()
+
+    [sealed] = await AesGcmCodec(ring("k1", k1=key)).encode([prompt])
+    [opened] = await ours.decode([sealed])
+    assert opened.metadata[DECRYPTED_METADATA] == b"k1"
+    assert converter.from_payloads([opened], [FollowUpPrompt]) == [FollowUpPrompt(text="hello")]
+
+    for other in (AesGcmCodec(ring("k1", k1=os.urandom(32))), AesGcmCodec(ring("k9", k9=os.urandom(32)))):
+        [foreign] = await other.encode([prompt])
+        [marker] = await ours.decode([foreign])  # no exception: the workflow task goes on
+        assert marker.metadata["encoding"] == UNDECRYPTABLE_ENCODING and not marker.data
+        with pytest.raises(ApplicationError) as refused:
+            converter.from_payloads([marker], [FollowUpPrompt])
+        assert refused.value.type == PAYLOAD_REFUSED and refused.value.non_retryable
+        assert "does not decrypt with this worker's [codec] keys" in refused.value.message
+        # anything but a client's input fails to read as the codec failed before: CodecError
+        with pytest.raises(CodecError, match=r"key id 'k[19]'"):
+            converter.from_payloads([marker], [AgentRunResult])
+
+    # a plain payload cannot pass for a decrypted one: the codec takes the note off
+    forged = Payload()
+    forged.CopyFrom(prompt)
+    forged.metadata[DECRYPTED_METADATA] = b"k1"
+    [passed] = await ours.decode([forged])
+    assert DECRYPTED_METADATA not in passed.metadata
+    with pytest.raises(ApplicationError, match="the input is not encrypted") as plain_refused:
+        converter.from_payloads([passed], [SteerMessage])
+    assert plain_refused.value.type == PAYLOAD_REFUSED
+    # plain results (runs from before encryption) still read; and with accept_plaintext, input too
+    assert converter.from_payloads([plain("old result")], [str]) == ["old result"]
+    assert PlaintextTolerantConverter().from_payloads([passed], [FollowUpPrompt]) == [
+        FollowUpPrompt(text="hello")
+    ]
+
+
+@dataclass
+class Clients:
+    good: Client
+    wrong_key: Client  # the same key id, another key
+    unknown_key: Client  # a key id the worker does not know
+    plain: Client  # no [codec] at all
+
+
+def clients_for(client: Client, good: CodecConfig, environ: dict[str, str]) -> Clients:
+    def with_converter(converter: Any) -> Client:
+        options = client.config()
+        options["data_converter"] = converter
+        return Client(**options)
+
+    return Clients(
+        good=with_converter(data_converter(good, environ)),
+        wrong_key=with_converter(data_converter(good, {KEY_VARIABLE: new_key()})),
+        unknown_key=with_converter(
+            data_converter(CodecConfig(keys={"k9": "K9"}, encrypt_with="k9"), {"K9": new_key()})
+        ),
+        plain=with_converter(pydantic_data_converter),
+    )
+
+
+def refusal_of(error: BaseException) -> ApplicationError:
+    assert isinstance(error, (WorkflowUpdateFailedError, WorkflowFailureError)), repr(error)
+    cause = error.cause
+    assert isinstance(cause, ApplicationError), repr(cause)
+    return cause
+
+
+async def failed_tasks(handle: WorkflowHandle[Any, Any]) -> int:
+    history = await handle.fetch_history()
+    return sum(1 for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+
+
+async def test_updates_a_keyed_worker_cannot_trust_are_rejected_and_the_run_goes_on(
+    client: Client, tmp_path: Path, codec_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_VARIABLE, codec_key)
+    codec = {"keys": {"k1": KEY_VARIABLE}, "encrypt_with": "k1"}
+    script = [final("first"), read_call("r1", "a.txt"), final("second")]
+    config = scripted_config(
+        tmp_path, script, codec=codec, permissions={"allow": [], "ask": ["read"], "default": "deny"}
+    )
+    clients = clients_for(client, config.codec, {KEY_VARIABLE: codec_key})
+    model = RecordingProvider(build_providers(config)["scripted"])
+    activities = AgentActivities(config, providers={"scripted": model})
+    ws = workspace_with(tmp_path, {"a.txt": "alpha\n"})
+    async with running_worker(clients.good, activities) as queue:
+        handle = await start(clients.good, queue, ws, "hello", follow_ups=True)
+        await status_when(handle, lambda s: s.status == "awaiting_prompt", "the run to await a prompt")
+        bad = (clients.wrong_key, clients.unknown_key, clients.plain)
+        for other in bad:
+            theirs = other.get_workflow_handle(handle.id)
+            with pytest.raises(WorkflowUpdateFailedError) as caught:
+                await theirs.execute_update("prompt", FollowUpPrompt(text=INJECTED))
+            assert refusal_of(caught.value).type == PAYLOAD_REFUSED
+            # the run is whole at once: its queries answer, nothing waits 100 s
+            status = await asyncio.wait_for(run_status(handle), 5)
+            assert status.status == "awaiting_prompt"
+        await send_prompt(handle, "now read a.txt")
+        waiting = await awaiting_approval(handle)
+        [pending] = waiting.pending_approvals
+        for other in bad:
+            theirs = other.get_workflow_handle(handle.id)
+            with pytest.raises(WorkflowUpdateFailedError) as caught:
+                await theirs.execute_update(
+                    "approve", ApprovalDecision(call_id=pending.call_id, approved=True, reason=INJECTED)
+                )
+            assert refusal_of(caught.value).type == PAYLOAD_REFUSED
+        assert (await run_status(handle)).pending_approvals == (pending,)
+        await handle.execute_update(
+            "approve", ApprovalDecision(call_id=pending.call_id, approved=True), result_type=ApprovalAnswer
+        )
+        await status_when(handle, lambda s: s.status == "awaiting_prompt" and model.calls == 3, "the answer")
+        await handle.signal("end")
+        result = await asyncio.wait_for(handle.result(), 30)
+        assert await failed_tasks(handle) == 0
+    assert result.status == "completed" and result.text == "second"
+    assert INJECTED not in repr(model.seen)
+
+
+@pytest.mark.parametrize("accept_plaintext", [False, True])
+async def test_a_run_started_without_the_key_or_with_another_is_refused(
+    client: Client, tmp_path: Path, codec_key: str, monkeypatch: pytest.MonkeyPatch, accept_plaintext: bool
+) -> None:
+    monkeypatch.setenv(KEY_VARIABLE, codec_key)
+    codec = {"keys": {"k1": KEY_VARIABLE}, "encrypt_with": "k1", "accept_plaintext": accept_plaintext}
+    config = scripted_config(tmp_path, [final("taken")], codec=codec)
+    clients = clients_for(client, config.codec, {KEY_VARIABLE: codec_key})
+    model = RecordingProvider(build_providers(config)["scripted"])
+    ws = workspace_with(tmp_path, {"a.txt": "alpha\n"})
+    async with running_worker(clients.good, AgentActivities(config, providers={"scripted": model})) as queue:
+        for other in (clients.wrong_key, clients.unknown_key):
+            handle = await start(other, queue, ws, INJECTED)
+            with pytest.raises(WorkflowFailureError) as caught:
+                await asyncio.wait_for(clients.good.get_workflow_handle(handle.id).result(), 30)
+            refused = refusal_of(caught.value)
+            assert refused.type == PAYLOAD_REFUSED and "does not decrypt" in refused.message
+            assert await failed_tasks(handle) == 0
+        handle = await start(clients.plain, queue, ws, "plain prompt")
+        if accept_plaintext:
+            ours = clients.good.get_workflow_handle(handle.id, result_type=AgentRunResult)
+            result = await asyncio.wait_for(ours.result(), 30)
+            assert result.status == "completed" and result.text == "taken"
+        else:
+            with pytest.raises(WorkflowFailureError) as caught:
+                await asyncio.wait_for(clients.good.get_workflow_handle(handle.id).result(), 30)
+            refused = refusal_of(caught.value)
+            assert refused.type == PAYLOAD_REFUSED and "not encrypted" in refused.message
+    assert INJECTED not in repr(model.seen)
+    assert model.calls == (1 if accept_plaintext else 0)

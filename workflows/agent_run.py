@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
+from durable_agent.workflows.admission import Admission
 from durable_agent.workflows.approvals import ApprovalBook, summarize_arguments
 
 with workflow.unsafe.imports_passed_through():
@@ -99,6 +100,7 @@ from durable_agent.workflows.metrics import (
     tool_call_refused,
 )
 from durable_agent.workflows.presence import EXECUTING, Presence
+from durable_agent.workflows.shell_gate import decide_call
 from durable_agent.workflows.starting import Starter
 
 
@@ -123,6 +125,7 @@ class AgentRun:
         self._starter = Starter(self._calls, self._presence, self._log, self._cancellation)
         self._approvals = ApprovalBook()
         self._ending = Ending(self._calls, self._cancellation)
+        self._admission = Admission()  # what updates may bring (``admission.py``)
         # conversations: whether the run goes on after an answer, waits for a prompt now, the
         # prompt given, whether ``end`` came, and whether the run has ended
         self._follow_ups = False
@@ -148,6 +151,9 @@ class AgentRun:
     def _validate_approve(self, decision: ApprovalDecision) -> None:
         # rejected here, an unknown or repeated decision never reaches the history
         self._approvals.check(decision)
+        state = self._presence.state
+        if state is not None:
+            self._admission.history_room(state.plan.limits, len(decision.reason or ""))
 
     @workflow.signal(name=SIGNAL_END)
     def end(self) -> None:
@@ -172,22 +178,31 @@ class AgentRun:
                 f"the run is not waiting for a prompt ({why}): use `steer` to add a message "
                 "the model sees at its next request"
             )
+        state = self._presence.state
+        if state is not None:
+            size = self._admission.message(prompt.text, state.plan.limits, "prompt")
+            self._admission.history_room(state.plan.limits, size)
 
     @workflow.update(name=UPDATE_STEER)
     def steer(self, message: SteerMessage) -> SteerAccepted:
         """A user message the model sees at its next request; the call in flight goes on."""
         state = self._presence.state
         assert state is not None
+        self._admission.queued(message.text)
         return SteerAccepted(queued=state.queue_user_text(message.text, "steer"))
 
     @steer.validator
     def _validate_steer(self, message: SteerMessage) -> None:
+        state, admission = self._presence.state, self._admission
         if self._ended:
             raise ValueError("the run has ended")
-        if self._presence.state is None:
+        if state is None:
             raise ValueError("the run has not started yet: try again in a moment")
         if self._awaiting_prompt:
             raise ValueError("the run waits for its next prompt: send it with `prompt`")
+        size = admission.message(message.text, state.plan.limits, "steer")
+        admission.steer_room(state.queued_count(), size, state.plan.limits)
+        admission.history_room(state.plan.limits, size)
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> RunStatusView:
@@ -219,16 +234,20 @@ class AgentRun:
     # --- the run ------------------------------------------------------------
 
     @workflow.run
-    async def run(self, raw: dict[str, Any]) -> AgentRunResult:
+    async def run(self, raw: RawValue) -> AgentRunResult:
+        # read by the run itself (``Starter.accept``): input it cannot take refuses the run
         run_input = self._starter.accept(raw)
         self._follow_ups = run_input.follow_ups
         if run_input.continued is not None:
             state = self._starter.continued(run_input.continued)
+            for waiting in run_input.continued.queued:
+                self._admission.queued(waiting.text)
         else:
             state = await self._starter.start(run_input)
             if run_input.prompt and (run_input.resume_from or run_input.resume_from_file):
                 # a resumed run's prompt: a user message before its first request
                 state.queue_user_text(run_input.prompt, "resume_prompt")
+                self._admission.queued(run_input.prompt)
         final: FinalStatus = "completed"
         error: str | None = None
         try:
@@ -244,6 +263,15 @@ class AgentRun:
         except BudgetStop as exc:
             final, error = "budget_exhausted", str(exc)
         self._ended, self._awaiting_prompt = True, False
+        if undelivered := state.queued_count():
+            # accepted, then the run ended before the model's next request: the record says so
+            state.emit(
+                ErrorEvent(
+                    message=f"{undelivered} message(s) sent with steer were accepted but never reached "
+                    f"the model: the run ended ({final}) before its next request"
+                ),
+                now_ms(),
+            )
         state.finish(final, now_ms(), error)
         await self._log.finish(state)
         self._presence.status(final)
@@ -296,6 +324,7 @@ class AgentRun:
             if not await self._await_prompt(state):
                 return False
         state.take_queued(now_ms())
+        self._admission.taken()
         return True
 
     async def _await_prompt(self, state: LoopState) -> bool:
@@ -328,6 +357,7 @@ class AgentRun:
         if prompt is None:
             return False
         state.queue_user_text(prompt, "follow_up")
+        self._admission.queued(prompt)
         self._presence.status(EXECUTING)
         return True
 
@@ -382,7 +412,7 @@ class AgentRun:
         except ToolCallError as exc:
             invalid_tool_call(plan.tools, call.name)
             return ToolOutput(content=str(exc), is_error=True)
-        decision = plan.permissions.decide(call.name, target)
+        decision = decide_call(plan.permissions, call.name, target)
         reason: str | None = None
         if decision == "deny":
             reason = (

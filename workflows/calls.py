@@ -28,6 +28,9 @@ InT = TypeVar("InT")
 OutT = TypeVar("OutT")
 
 TEMPORAL_CANCEL_REASON = "cancelled by a Temporal cancel request"
+# A cancel's reason is kept this long at most (as an approval's reason): a signal cannot be
+# refused, and its reason travels on in the run's end record, the payload of an activity.
+CANCEL_REASON_MAX_CHARS = 2000
 
 
 class RunCancelled(Exception):
@@ -97,7 +100,7 @@ class Cancellation:
     def request(self, reason: str) -> None:
         if not self.requested:
             self.requested = True
-            self.reason = reason
+            self.reason = reason[:CANCEL_REASON_MAX_CHARS]
 
     def temporal_request(self) -> None:
         """A Temporal cancel request reached the run (the UI, ``temporal workflow cancel``, or the

@@ -1,7 +1,8 @@
 """How an ``AgentRun`` starts and goes on: a new run, one resumed from an export (in the
 input or in a file on the worker), one continued as new (from its ``CarriedState``);
-refusing bad input (``InvalidRunInput``); and when to continue as new, or stop, as the
-history grows.
+refusing bad input (``InvalidRunInput``; ``PayloadRefused`` for input a worker with
+``[codec]`` keys cannot take; ``InputTooLarge`` for a prompt past ``max_message_bytes``);
+and when to continue as new, or stop, as the history grows.
 
 The prompt comes from the input (or the export resumed from) and goes into the plan
 here, once: the resolve activity never sees it, and the plan carries it across
@@ -14,6 +15,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -35,11 +37,18 @@ with workflow.unsafe.imports_passed_through():
         binding_differences,
     )
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import ErrorEvent
+    from durable_agent.core.models import ErrorEvent, ToolsUnavailableEvent
     from durable_agent.core.plan import RunPlan, Timeouts
-    from durable_agent.core.run_api import AgentRunInput, CarriedState
+    from durable_agent.core.run_api import (
+        INPUT_TOO_LARGE,
+        INVALID_RUN_INPUT,
+        AgentRunInput,
+        CarriedState,
+        RunInputJson,
+    )
 
 from durable_agent.workflows import legacy
+from durable_agent.workflows.admission import json_size
 from durable_agent.workflows.calls import CallRunner, Cancellation, RunFailed, failure_message, now_ms
 from durable_agent.workflows.log_keeper import LogKeeper
 from durable_agent.workflows.presence import Presence
@@ -47,6 +56,9 @@ from durable_agent.workflows.presence import Presence
 # Before the plan exists the worker's timeouts are not known: the activities that make it
 # (resolve, read an export file) have fixed options, whatever timeouts they are given.
 BEFORE_PLAN = Timeouts()
+# Since this patch a new run refuses a prompt past ``[limits] max_message_bytes`` (it would pass
+# Temporal's payload limit in the run's header); runs recorded before it went on with it.
+BOUNDED_PROMPT_PATCH = "bounded-start-prompt"
 
 
 class Starter:
@@ -67,13 +79,27 @@ class Starter:
         self.pre_status = "created"
         self.pre_error: str | None = None
 
-    def accept(self, raw: dict[str, Any]) -> AgentRunInput:
-        """The run's input, or the run refused."""
+    def accept(self, raw: RawValue | dict[str, Any]) -> AgentRunInput:
+        """The run's input, or the run refused: read here rather than by the SDK, so that input
+        the worker cannot read (not JSON, not an object, or refused by its ``[codec]``) refuses
+        the run with the reason instead of failing its first workflow task for ever."""
+        data = self._read(raw) if isinstance(raw, RawValue) else raw
         try:
-            self._input = AgentRunInput.model_validate(raw)
+            self._input = AgentRunInput.model_validate(data)
         except ValidationError as exc:
             self.refuse(f"invalid AgentRun input: {validation_message(exc)}")
         return self._input
+
+    def _read(self, raw: RawValue) -> dict[str, Any]:
+        try:
+            [data] = workflow.payload_converter().from_payloads([raw.payload], [RunInputJson])
+        except ApplicationError as exc:  # ``PayloadRefused``: not encrypted, or not with our keys
+            self.refuse(exc.message, exc.type or INVALID_RUN_INPUT)
+        except Exception as exc:
+            self.refuse(f"invalid AgentRun input: it does not read as a JSON object ({exc})")
+        if not isinstance(data, dict):
+            self.refuse(f"invalid AgentRun input: a JSON object is expected, not {type(data).__name__}")
+        return data
 
     # --- a new run ------------------------------------------------------------
 
@@ -94,6 +120,14 @@ class Starter:
         )
         if binding is not None and not run_input.force_resume:
             self._check_binding(binding, plan)
+        if run_input.prompt:
+            size, limit = json_size(run_input.prompt), plan.limits.max_message_bytes
+            if size > limit and workflow.patched(BOUNDED_PROMPT_PATCH):
+                self.refuse(
+                    f"the prompt is {size} bytes as JSON, over [limits] max_message_bytes={limit}: "
+                    "put the text in a file in the workspace and ask the model to read it",
+                    INPUT_TOO_LARGE,
+                )
         logical = resume.logical_resume if resume is not None else None
         if legacy.before_linear_history():
             state = await legacy.start_from_session(self._calls, plan, logical)
@@ -102,6 +136,11 @@ class Starter:
         # a resumed run sees its source's newest view, and knows its last usage report
         context = ContextLedger.seeded((), resume.source_run().events) if resume is not None else None
         state = LoopState(plan, now_ms(), resume=logical, point=point, context=context)
+        for refused in plan.tools_refused:  # an MCP server whose tools the plan could not carry
+            state.emit(
+                ToolsUnavailableEvent(server=refused.server, tools=refused.tools, reason=refused.reason),
+                now_ms(),
+            )
         self._presence.attach(state)
         await self._log.open(state)
         return state
@@ -168,11 +207,12 @@ class Starter:
                 + " (resume with force_resume to go on anyway)"
             )
 
-    def refuse(self, message: str) -> NoReturn:
-        """A usage error: the workflow fails at once, before any model call, with ``message``."""
+    def refuse(self, message: str, kind: str = INVALID_RUN_INPUT) -> NoReturn:
+        """A usage error: the workflow fails at once, before any model call, with ``message``
+        (an ``ApplicationError`` of type ``kind``)."""
         self.pre_status, self.pre_error = "failed", message
         self._presence.status("failed")
-        raise ApplicationError(message, type="InvalidRunInput", non_retryable=True)
+        raise ApplicationError(message, type=kind, non_retryable=True)
 
     # --- continuing as new ----------------------------------------------------
 

@@ -9,7 +9,7 @@ protocol, and the workflow does not change.
 
 from __future__ import annotations
 
-import re
+import hashlib
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -60,13 +60,57 @@ class SessionStore(Protocol):
     async def load_run_records(self, session_id: str) -> list[RunRecord]: ...
 
 
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+# Characters a key keeps as they are in a file name; every other one is escaped.
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+# The longest file name most file systems take (ext4, XFS, APFS: 255 bytes).
+NAME_MAX = 255
+# An escaped name longer than this is cut and ends with the key's digest instead.
+_ESCAPED_MAX = 200
 
 
-def safe_name(key: str) -> str:
-    """A file name for ``key`` that cannot climb out of its folder."""
-    name = _SAFE.sub("_", key)
+def safe_name(key: str, suffix: str = "") -> str:
+    """A file name for ``key`` that cannot climb out of its folder, one a key (injective).
+
+    A key of letters, digits, ``.``, ``_`` and ``-`` (not only dots) is its own name, as
+    it always was, so the folders of existing stores and sinks keep their names. Any
+    other key has each other character (each UTF-8 byte of it) written ``~XX`` in hex,
+    ``~`` itself included: ``team/alpha`` is ``team~2Falpha``, never ``team_alpha``'s
+    folder. A name that would pass ``NAME_MAX`` bytes with ``suffix`` (which the caller
+    appends) is cut, and ends with ``~~`` and the SHA-256 of the key. The three forms
+    cannot meet: a plain name has no ``~``, an escaped one has no ``~~``.
+
+    Args:
+        key: a session id, run id or digest, as given.
+        suffix: what the caller appends to the name (``".run.json"``), counted in the bound.
+
+    Returns:
+        The file name (without ``suffix``).
+    """
+    room = NAME_MAX - len(suffix.encode("utf-8"))
+    if key.strip(".") and len(key) <= room and all(c in _PLAIN for c in key):
+        return key
+    if not key.strip("."):
+        escaped = "~2E" * len(key) or "~"  # "", ".", "..": never a name of their own
+    else:
+        escaped = "".join(c if c in _PLAIN else _escape(c) for c in key)
+    if len(escaped) <= min(room, _ESCAPED_MAX):
+        return escaped
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    cut = escaped[: min(room, _ESCAPED_MAX) - len(digest) - 2]
+    cut = cut[: cut.rfind("~")] if "~" in cut[-2:] else cut  # never half an escape
+    return f"{cut}~~{digest}"
+
+
+def legacy_name(key: str) -> str:
+    """The name earlier versions gave ``key`` (every other character ``_``): several keys
+    shared it. Read only, where a folder under ``safe_name`` is not there yet, and only what
+    names ``key`` itself (a record's session, an export's descriptor)."""
+    name = "".join(c if c in _PLAIN else "_" for c in key)
     return name if name.strip(".") else "_" + name
+
+
+def _escape(char: str) -> str:
+    return "".join(f"~{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
 
 
 def follows(first: LogEntry, before: LogEntry | None) -> bool:

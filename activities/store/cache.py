@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from durable_agent.activities.store.base import SessionStore
 from durable_agent.core.export import RunRecord
 from durable_agent.core.export_parts import ExportEncoder
+from durable_agent.core.models import Message
 from durable_agent.core.run_log import LogEntry, LogRef, RunHeader, RunLog, StateMissing
 
 # Runs whose folded log (and export encoding) a worker keeps: at most this many, and at most
@@ -33,6 +34,9 @@ class RunStates:
         self._headers: dict[str, RunHeader] = {}
         self._prior: dict[str, list[RunRecord]] = {}
         self._encoders: OrderedDict[str, ExportEncoder] = OrderedDict()
+        # each run's messages with their images filled in, by the log's message object (see
+        # ``filled``): an export hands its encoder the same objects at every boundary
+        self._filled: dict[str, dict[int, tuple[Message, Message]]] = {}
 
     async def header(self, run_id: str) -> RunHeader:
         header = self._headers.get(run_id) or await self.store.load_header(run_id)
@@ -55,6 +59,11 @@ class RunStates:
             records = await self.store.load_run_records(header.session_id) if wanted else []
             prior = self._prior[header.run_id] = [r for r in records if r.snapshot.id in wanted]
         return prior
+
+    def filled(self, run_id: str) -> dict[int, tuple[Message, Message]]:
+        """The run's memo of messages whose images were filled in: ``id(logged)`` to
+        ``(logged, filled)`` (the logged message is kept, so its id is never reused)."""
+        return self._filled.setdefault(run_id, {})
 
     def encoder(self, run_id: str) -> ExportEncoder:
         """The run's export encoder: the canonical bytes of what its last export here held."""
@@ -117,8 +126,10 @@ class RunStates:
         while len(self._logs) > self.capacity or (len(self._logs) > 1 and self._bytes() > self.budget):
             run_id, _ = self._logs.popitem(last=False)
             self._encoders.pop(run_id, None)
+            self._filled.pop(run_id, None)
         while len(self._encoders) > self.capacity:
-            self._encoders.popitem(last=False)
+            run_id, _ = self._encoders.popitem(last=False)
+            self._filled.pop(run_id, None)
 
     def _bytes(self) -> int:
         return sum(e.size for e in self._encoders.values())
@@ -129,3 +140,4 @@ class RunStates:
         self._headers.pop(run_id, None)
         self._prior.pop(run_id, None)
         self._encoders.pop(run_id, None)
+        self._filled.pop(run_id, None)

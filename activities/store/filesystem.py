@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from durable_agent.activities.files import fsync_dir, write_atomic
-from durable_agent.activities.store.base import follows, not_following, safe_name
+from durable_agent.activities.store.base import follows, legacy_name, not_following, safe_name
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.export import RunRecord
 from durable_agent.core.run_log import LogEntry, LogRef, RunHeader
@@ -118,16 +118,24 @@ class FilesystemSessionStore:
         return self.root / "sessions" / safe_name(session_id)
 
     async def save_run_record(self, record: RunRecord) -> None:
-        path = self._session_dir(record.snapshot.session_id) / f"{safe_name(record.snapshot.id)}.run.json"
+        name = safe_name(record.snapshot.id, ".run.json")
+        path = self._session_dir(record.snapshot.session_id) / f"{name}.run.json"
         await asyncio.to_thread(write_atomic, path, canonical_bytes(record))
 
     async def load_run_records(self, session_id: str) -> list[RunRecord]:
         folder = self._session_dir(session_id)
+        # a session whose id needed escaping kept its records under a name other ids shared
+        legacy = self.root / "sessions" / legacy_name(session_id)
 
         def load() -> list[RunRecord]:
-            if not folder.is_dir():
-                return []
-            return [RunRecord.model_validate_json(p.read_bytes()) for p in folder.glob("*.run.json")]
+            found = {}
+            for where in (legacy, folder) if legacy != folder else (folder,):
+                if where.is_dir():
+                    for p in where.glob("*.run.json"):
+                        record = RunRecord.model_validate_json(p.read_bytes())
+                        if record.snapshot.session_id == session_id:
+                            found[record.snapshot.id] = record
+            return list(found.values())
 
         records = await asyncio.to_thread(load)
         return sorted(records, key=lambda r: (r.snapshot.created_at_ms, r.snapshot.id))

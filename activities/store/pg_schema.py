@@ -71,6 +71,17 @@ class SchemaTooNew(RuntimeError):
 async def migrate(conn: Any) -> int:
     """Bring the database to ``SCHEMA_VERSION``; return the version it had. ``conn`` is an
     ``asyncpg`` connection."""
+    # Up to date already (every start but the first): only read, so that a role that may read
+    # and write the tables but not create any, or a read-only one (the CLI's), gets through.
+    if await conn.fetchval("SELECT to_regclass('agent_schema') IS NOT NULL"):
+        had = int(await conn.fetchval("SELECT coalesce(max(version), 0) FROM agent_schema"))
+        if had > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"the database's schema is at version {had}, this worker knows up to {SCHEMA_VERSION}: "
+                "upgrade this worker"
+            )
+        if had == SCHEMA_VERSION:
+            return had
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
         await conn.execute(

@@ -14,7 +14,8 @@ down or restarting makes the activity fail and Temporal retry it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -32,10 +33,19 @@ PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.InsufficientPrivilegeError,
     asyncpg.InvalidCatalogNameError,
 )
+# What the store writes, and the sink: a worker's start checks its role holds these privileges.
+STORE_TABLES: Mapping[str, tuple[str, ...]] = {
+    table: ("SELECT", "INSERT", "UPDATE", "DELETE")
+    for table in ("agent_run_header", "agent_log_entry", "agent_staged_text", "agent_run_record")
+}
+SINK_TABLES: Mapping[str, tuple[str, ...]] = {
+    table: ("SELECT", "INSERT", "UPDATE") for table in ("agent_export", "agent_export_part")
+}
 
 
 class PostgresConnectError(RuntimeError):
-    """The database refused this worker for good (credentials, permissions, no such database)."""
+    """The database refused this worker for good (credentials, permissions, no such database,
+    no writes); the message is one line, fit to print as it is."""
 
 
 class PgPool:
@@ -45,22 +55,82 @@ class PgPool:
         self.dsn = dsn
         self.max_size = max_size
         self._pool: Any = None
+        self._opening = asyncio.Lock()
 
     async def pool(self) -> Any:
-        if self._pool is None:
-            try:
-                pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.max_size, timeout=10)
-            except PERMANENT_ERRORS as exc:
-                raise PostgresConnectError(f"PostgreSQL refused the connection: {exc}") from exc
-            async with pool.acquire() as conn:
-                await migrate(conn)
-            self._pool = pool
+        """The pool, opened (and the schema migrated) by the first caller."""
+        async with self._opening:
+            if self._pool is None:
+                self._pool = await self._open()
         return self._pool
+
+    async def _open(self) -> Any:
+        try:
+            pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.max_size, timeout=10)
+        except PERMANENT_ERRORS as exc:
+            raise PostgresConnectError(f"PostgreSQL refused the connection: {exc}") from exc
+        except (ValueError, asyncpg.ClientConfigurationError) as exc:
+            # asyncpg's message names the part it cannot read (a port, a scheme), not the password
+            raise PostgresConnectError(f"the PostgreSQL DSN cannot be used: {exc}") from exc
+        try:
+            async with pool.acquire() as conn:
+                try:
+                    await migrate(conn)
+                except asyncpg.InsufficientPrivilegeError as exc:
+                    made = await conn.fetchval("SELECT to_regclass('agent_schema') IS NOT NULL")
+                    role = await conn.fetchval("SELECT current_user")
+                    raise PostgresConnectError(_refused(role, made, exc)) from exc
+                except asyncpg.ReadOnlySQLTransactionError as exc:
+                    raise PostgresConnectError(_read_only(exc)) from exc
+        except BaseException:
+            pool.terminate()
+            raise
+        return pool
+
+    async def check_writable(self, tables: Mapping[str, tuple[str, ...]]) -> None:
+        """Refuse, with ``PostgresConnectError``, a database that takes no writes or a role
+        without the privileges ``tables`` name: at a worker's start, not at a run's first save
+        (where Temporal would retry it for ever). Opens the pool first."""
+        pool = await self.pool()
+        async with pool.acquire() as conn:
+            if await conn.fetchval("SELECT current_setting('transaction_read_only') = 'on'"):
+                raise PostgresConnectError(_read_only("transaction_read_only is on"))
+            pairs = [(table, privilege) for table, privileges in tables.items() for privilege in privileges]
+            rows = await conn.fetch(
+                "SELECT t, p FROM unnest($1::text[], $2::text[]) AS x(t, p) "
+                "WHERE NOT has_table_privilege(t, p)",
+                [t for t, _ in pairs],
+                [p for _, p in pairs],
+            )
+            if rows:
+                role = await conn.fetchval("SELECT current_user")
+                missing = ", ".join(f"{row['p']} on {row['t']}" for row in rows)
+                raise PostgresConnectError(
+                    f"PostgreSQL role {role!r} may not write what this worker writes: it lacks {missing} "
+                    f"(GRANT SELECT, INSERT, UPDATE, DELETE ON those tables TO {role})"
+                )
 
     async def aclose(self) -> None:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+def _refused(role: str, made: bool, exc: BaseException) -> str:
+    grant = f"GRANT SELECT, INSERT, UPDATE, DELETE ON the agent_* tables TO {role}"
+    if made:
+        return f"PostgreSQL role {role!r} may not use the agent's tables ({exc}): {grant}"
+    return (
+        f"PostgreSQL role {role!r} may not create the agent's tables ({exc}): start one worker once "
+        f"as a role that may (the schema is made once), then {grant}"
+    )
+
+
+def _read_only(why: object) -> str:
+    return (
+        f"PostgreSQL takes no writes here ({why}): a standby, or default_transaction_read_only is on; "
+        "point the DSN at the primary, as a role that may write"
+    )
 
 
 def _text(value: object) -> str:
@@ -74,8 +144,9 @@ class PostgresSessionStore:
         self.db = PgPool(dsn)
 
     async def connect(self) -> None:
-        """Open the pool and migrate the schema now (a worker's start), not at the first activity."""
-        await self.db.pool()
+        """Open the pool, migrate the schema and check this role may write the store's tables
+        now (a worker's start), not at the first activity."""
+        await self.db.check_writable(STORE_TABLES)
 
     async def aclose(self) -> None:
         await self.db.aclose()

@@ -70,6 +70,10 @@ def confine(workspace: Path, path: str) -> Path:
     Links are resolved as far as the path exists, so a link to an outside file,
     a linked folder on the way and a link dangling towards the outside are all
     refused, as are ``..`` and absolute paths that leave the workspace.
+
+    This judges a path; it does not open one. A link may change before the path
+    is opened, so the file tools open theirs with ``beneath.walk`` (no link
+    followed by the kernel, and the path opened judged again).
     """
     root = workspace.resolve()
     try:

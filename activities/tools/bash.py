@@ -7,22 +7,23 @@ Temporal certificates, cloud tokens) never reach it. HOME and TMPDIR point
 into a temporary folder made for the call and removed after it.
 
 With ``[sandbox] kind = "bubblewrap"`` (the default) the command runs in a
-bubblewrap sandbox (``tools/sandbox.py``): the workspace writable, the rest
-of the file system read-only, the worker's home and processes out of sight,
-no network unless the config allows it, and a PID namespace of its own, so
-that nothing it starts, ``setsid`` and daemons included, outlives the call,
-a timeout, a cancel or the worker's own death (even by ``kill -9``). There,
-an exit by a signal shows as exit code 128 + the signal's number, as shells
-report it (bwrap passes the status on that way).
+bubblewrap sandbox (``tools/sandbox.py``): only the system folders (read-only),
+the workspace and a private /tmp in view, the kernel's settings read-only, not
+root (a user namespace), no network unless the config allows it, bounded in
+processes, memory, file size and CPU time (``sandbox_limits``), and in a PID
+namespace of its own, so that nothing it starts, ``setsid`` and daemons
+included, outlives the call, a timeout, a cancel or the worker's own death
+(even by ``kill -9``). There, an exit by a signal shows as exit code 128 + the
+signal's number, as shells report it (bwrap passes the status on that way).
 
-With ``kind = "none"`` the shell runs directly, as the worker's user, in a
-new session: it and everything it starts share one process group, which is
-stopped as a whole (SIGTERM, then SIGKILL after ``KILL_GRACE_SECONDS``) when
-the command times out, when the run is cancelled, and when the shell exits
-leaving processes behind; on Linux the shell is also killed when the worker
-dies. A process that starts a session of its own (``setsid``, a daemon)
-escapes the group and outlives the call and the worker: only the sandbox
-stops that.
+With ``kind = "none"`` the shell runs directly, as the worker's user (with
+the memory, file size and CPU bounds), in a new session: it and everything
+it starts share one process group, which is stopped as a whole (SIGTERM,
+then SIGKILL after ``KILL_GRACE_SECONDS``) when the command times out, when
+the run is cancelled, and when the shell exits leaving processes behind; on
+Linux the shell is also killed when the worker dies. A process that starts
+a session of its own (``setsid``, a daemon) escapes the group and outlives
+the call and the worker: only the sandbox stops that.
 
 A repeat (Temporal runs activities at least once, so a call may run again
 after a worker crash) runs the command again. The tool cannot make an
@@ -40,27 +41,29 @@ import os
 import pwd
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from temporalio import activity
 
 from durable_agent.activities.tools.base import ToolFailure, confine
 from durable_agent.activities.tools.sandbox import (
-    bwrap_argv,
-    inside_environment,
+    SHELL,
+    launch,
     namespace_init,
     namespace_members,
     running,
     sandbox_problem,
 )
+from durable_agent.activities.tools.sandbox_limits import SandboxUnavailable, limited
 from durable_agent.config import SandboxConfig
 from durable_agent.core.tool_args import BASH_OUTPUT_HEAD_BYTES, BASH_OUTPUT_TAIL_BYTES, BashArgs
 
-SHELL = "/bin/bash"
 KILL_GRACE_SECONDS = 2.0
 # Kept free of the activity's own time limit: to stop the command and report, instead of the
 # activity timing out, being retried and running the command again.
@@ -71,6 +74,8 @@ DRAIN_SECONDS = 1.0
 # Variables passed through from the worker when set; everything else is left out.
 PASSED_VARIABLES = frozenset({"PATH", "LANG", "LANGUAGE"})
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+# The program to start, its environment, its subprocess options, and what to do once it ended.
+Prepared = tuple[list[str], dict[str, str], dict[str, Any], Callable[[], list[str]]]
 
 
 def environment(scratch: Path) -> dict[str, str]:
@@ -295,13 +300,44 @@ def _exit_note(code: int | None, sandboxed: bool) -> str:
 
 def _command(
     args: BashArgs, settings: SandboxConfig, cwd: Path, scratch: Path, env: dict[str, str]
-) -> tuple[list[str], dict[str, str], Callable[[], None] | None]:
-    """The program to start, its environment and its ``preexec_fn``."""
-    shell = [SHELL, "-c", args.command]
+) -> Prepared:
+    """The program to start, its environment, the subprocess options, and what to do once it ended.
+
+    Blocking (it may probe the sandbox as the workspace's owner, make a cgroup): run it in a thread.
+    """
     if settings.kind == "none":
-        return shell, env, _die_with_worker()
-    inside = inside_environment(env)
-    return bwrap_argv(settings, cwd, scratch, inside, shell), inside, None
+        # The process bound is left out: without a user namespace the kernel counts all the
+        # worker user's processes, not the call's.
+        shell = limited(settings, SHELL, args.command, processes=False)
+        return shell, env, {"preexec_fn": _die_with_worker()}, _nothing
+    try:
+        start = launch(settings, cwd, scratch, env, args.command)
+    except SandboxUnavailable as exc:
+        raise ToolFailure(f"the bash sandbox cannot run this command: {exc}") from None
+    return start.argv, start.env, start.options(), start.close
+
+
+def _nothing() -> list[str]:
+    return []
+
+
+async def _prepared(
+    args: BashArgs, settings: SandboxConfig, cwd: Path, scratch: Path, env: dict[str, str]
+) -> Prepared:
+    """``_command`` in a thread; a cancel meanwhile lets it finish, then undoes it (its cgroup)."""
+    work = asyncio.ensure_future(asyncio.to_thread(_command, args, settings, cwd, scratch, env))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+
+        def undo(
+            done: asyncio.Future[Prepared],
+        ) -> None:
+            if not done.cancelled() and done.exception() is None:
+                done.result()[3]()
+
+        work.add_done_callback(undo)
+        raise
 
 
 async def bash(args: BashArgs, workspace: Path, settings: SandboxConfig | None = None) -> str:
@@ -324,8 +360,9 @@ async def bash(args: BashArgs, workspace: Path, settings: SandboxConfig | None =
     async def stop() -> None:
         await (stop_sandbox(proc) if sandboxed else stop_group(proc.pid))
 
+    ended: Callable[[], list[str]] = _nothing
     try:
-        argv, env, preexec = _command(args, settings, cwd, scratch, env)
+        argv, env, options, ended = await _prepared(args, settings, cwd, scratch, env)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -335,10 +372,10 @@ async def bash(args: BashArgs, workspace: Path, settings: SandboxConfig | None =
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,  # its own process group, id = its pid
-                preexec_fn=preexec,
+                **options,
             )
-        except OSError as exc:
-            raise ToolFailure(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+        except (OSError, subprocess.SubprocessError) as exc:  # the latter: joining the call's cgroup failed
+            raise ToolFailure(f"cannot start {argv[0]}: {getattr(exc, 'strerror', None) or exc}") from None
         assert proc.stdout is not None
         output = _Output(BASH_OUTPUT_HEAD_BYTES, BASH_OUTPUT_TAIL_BYTES)
         reader = asyncio.create_task(_drain(proc.stdout, output))
@@ -357,8 +394,9 @@ async def bash(args: BashArgs, workspace: Path, settings: SandboxConfig | None =
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
     finally:
+        left = await asyncio.to_thread(ended)
         await asyncio.to_thread(shutil.rmtree, scratch, ignore_errors=True)
-    notes = [n for n in (timeout_note,) if n]
+    notes = [n for n in (timeout_note,) if n] + left
     if stray:
         notes.append("[output still open after the command ended (a process left its group); not read on]")
     text = output.text()

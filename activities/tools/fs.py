@@ -17,11 +17,13 @@ from __future__ import annotations
 import bisect
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from durable_agent.activities.files import write_atomic
-from durable_agent.activities.tools.base import ToolContent, ToolFailure, confine
+from durable_agent.activities.tools.base import ToolContent, ToolFailure
+from durable_agent.activities.tools.beneath import Walked, walk
 from durable_agent.core.images import IMAGE_MAX_BYTES, MediaType, image_block, sniff_media_type
 from durable_agent.core.tool_args import (
     EDIT_MAX_FILE_BYTES,
@@ -50,23 +52,30 @@ def is_binary(head: bytes) -> bool:
     return b"\0" in head[:BINARY_SNIFF_BYTES]
 
 
-def _open_for_reading(path: Path, shown: str) -> BinaryIO:
-    """Open a regular file; a folder, pipe or device is a clear failure, never a hang."""
+def _reader(at: Walked, shown: str) -> BinaryIO:
+    """The walked file, for reading; a folder, pipe or device is a clear failure, never a hang
+    (``walk`` opened it without blocking)."""
+    if at.fd is None:
+        raise ToolFailure(f"file {shown!r} does not exist")
+    if at.is_folder():
+        raise ToolFailure(f"{shown!r} is a folder; use ls to list it")
+    if not stat.S_ISREG(os.fstat(at.fd).st_mode):
+        raise ToolFailure(f"{shown!r} is not a regular file")
+    return os.fdopen(os.dup(at.fd), "rb")
+
+
+@contextmanager
+def _walked(workspace: Path, path: str, *, make_folders: bool = False) -> Iterator[Walked]:
+    """``walk`` with the failures of the folders on the way said as the tools say them."""
     try:
-        if path.is_dir():
-            raise ToolFailure(f"{shown!r} is a folder; use ls to list it")
-        # O_NONBLOCK: opening a named pipe would otherwise wait for a writer for ever.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise ToolFailure(f"{shown!r} is not a regular file")
-        return os.fdopen(fd, "rb")
+        with walk(workspace, path, make_folders=make_folders) as at:
+            yield at
     except FileNotFoundError:
-        raise ToolFailure(f"file {shown!r} does not exist") from None
+        raise ToolFailure(f"{path!r} does not exist (a folder on its way is missing)") from None
+    except NotADirectoryError:
+        raise ToolFailure(f"{path!r} cannot be reached: part of its folder path is a file") from None
     except PermissionError:
-        raise ToolFailure(f"file {shown!r} cannot be read (permission denied)") from None
-    except OSError as exc:
-        raise ToolFailure(f"file {shown!r} cannot be read: {exc.strerror or exc}") from None
+        raise ToolFailure(f"{path!r} cannot be reached (permission denied)") from None
 
 
 def _next_line(f: BinaryIO) -> tuple[bytes, int] | None:
@@ -120,8 +129,7 @@ def read(args: ReadArgs, workspace: Path) -> str | ToolContent:
     ``READ_MAX_LINE_CHARS``, saying so and how to read on; reports a binary
     file instead of showing it. Only reads, so a repeat changes nothing.
     """
-    path = confine(workspace, args.file_path)
-    with _open_for_reading(path, args.file_path) as f:
+    with _walked(workspace, args.file_path) as at, _reader(at, args.file_path) as f:
         head = f.read(BINARY_SNIFF_BYTES)
         media_type = sniff_media_type(head)
         if media_type is not None:
@@ -175,20 +183,6 @@ def read(args: ReadArgs, workspace: Path) -> str | ToolContent:
     return "\n".join([*shown, *notes])
 
 
-def _create(path: Path, data: bytes) -> bool:
-    """Create ``path`` with ``data``; False if it appeared meanwhile."""
-    try:
-        # O_EXCL|O_NOFOLLOW: never write through a link planted since the path was confined.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    return True
-
-
 def write(args: WriteArgs, workspace: Path) -> str:
     """Create or replace a file with ``content``, creating parent folders inside the workspace.
 
@@ -196,27 +190,25 @@ def write(args: WriteArgs, workspace: Path) -> str:
     repeat writes the same content again, which changes nothing; the result
     then says the file already had that content.
     """
-    path = confine(workspace, args.file_path)
     data = args.content.encode("utf-8")
     try:
-        if path.is_dir():
-            raise ToolFailure(f"{args.file_path!r} is a folder; give a file path")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # The folders just made are plain folders, but check again: one may be a link made meanwhile.
-        path = confine(workspace, args.file_path)
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            if _create(path, data):
-                return f"created {args.file_path} ({len(data)} bytes written)"
-            st = path.stat()
-        if not stat.S_ISREG(st.st_mode):
-            raise ToolFailure(f"{args.file_path!r} is not a regular file")
-        if st.st_size == len(data) and path.read_bytes() == data:
-            return f"{args.file_path} already had this content ({len(data)} bytes); nothing changed"
-        write_atomic(path, data, stat.S_IMODE(st.st_mode))
-    except (FileExistsError, NotADirectoryError):
-        raise ToolFailure(f"cannot write {args.file_path!r}: part of its folder path is a file") from None
+        with _walked(workspace, args.file_path, make_folders=True) as at:
+            if at.fd is None:
+                if at.create(data):
+                    return f"created {args.file_path} ({len(data)} bytes written)"
+                raise ToolFailure(f"{args.file_path!r} appeared while it was being created; write again")
+            if at.is_folder():
+                raise ToolFailure(f"{args.file_path!r} is a folder; give a file path")
+            st = os.fstat(at.fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ToolFailure(f"{args.file_path!r} is not a regular file")
+            if st.st_size == len(data):
+                with os.fdopen(os.dup(at.fd), "rb") as f:
+                    if f.read(len(data) + 1) == data:
+                        return (
+                            f"{args.file_path} already had this content ({len(data)} bytes); nothing changed"
+                        )
+            at.replace(data, stat.S_IMODE(st.st_mode))
     except PermissionError:
         raise ToolFailure(f"cannot write {args.file_path!r}: permission denied") from None
     except OSError as exc:
@@ -277,11 +269,17 @@ def edit(args: EditArgs, workspace: Path) -> str:
     mistaken one and fails as "not found". A file with Windows line
     ends is matched with the model's ``\\n`` read as ``\\r\\n``.
     """
-    path = confine(workspace, args.file_path)
     name = args.file_path
-    with _open_for_reading(path, name) as f:
-        raw = f.read(EDIT_MAX_FILE_BYTES + 1)
-        mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+    with _walked(workspace, name) as at:
+        with _reader(at, name) as f:
+            raw = f.read(EDIT_MAX_FILE_BYTES + 1)
+            mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+        return _edited(at, args, raw, mode)
+
+
+def _edited(at: Walked, args: EditArgs, raw: bytes, mode: int) -> str:
+    """The edit of the file ``at`` holds ``raw`` (see ``edit``), written back in its folder."""
+    name = args.file_path
     if len(raw) > EDIT_MAX_FILE_BYTES:
         raise ToolFailure(f"{name!r} is larger than {EDIT_MAX_FILE_BYTES} bytes; edit refuses files that big")
     if is_binary(raw):
@@ -317,7 +315,7 @@ def edit(args: EditArgs, workspace: Path) -> str:
         last = i + len(old)
     edited = "".join([*parts, text[last:]])
     try:
-        write_atomic(path, edited.encode("utf-8"), mode)
+        at.replace(edited.encode("utf-8"), mode)
     except PermissionError:
         raise ToolFailure(f"cannot write {name!r}: permission denied") from None
     except OSError as exc:
@@ -334,21 +332,26 @@ def ls(args: LsArgs, workspace: Path) -> str:
 
     Only reads, so a repeat changes nothing.
     """
-    folder = confine(workspace, args.path)
-    try:
-        names = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        raise ToolFailure(f"folder {args.path!r} does not exist") from None
-    except NotADirectoryError:
-        raise ToolFailure(f"{args.path!r} is a file; use read to see it") from None
-    except PermissionError:
-        raise ToolFailure(f"folder {args.path!r} cannot be listed (permission denied)") from None
+    with _walked(workspace, args.path) as at:
+        if at.fd is None:
+            raise ToolFailure(f"folder {args.path!r} does not exist")
+        if not at.is_folder():
+            raise ToolFailure(f"{args.path!r} is a file; use read to see it")
+        try:
+            names = sorted(os.listdir(at.fd))
+        except PermissionError:
+            raise ToolFailure(f"folder {args.path!r} cannot be listed (permission denied)") from None
+        return _listing(args, at.fd, names)
+
+
+def _listing(args: LsArgs, folder: int, names: list[str]) -> str:
+    """``ls``'s lines for ``names`` in the open ``folder``."""
     lines = []
     for name in names[:LS_MAX_ENTRIES]:
         try:
-            st = os.lstat(folder / name)
+            st = os.stat(name, dir_fd=folder, follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
-                lines.append(f"link  {name} -> {os.readlink(folder / name)}")
+                lines.append(f"link  {name} -> {os.readlink(name, dir_fd=folder)}")
             elif stat.S_ISDIR(st.st_mode):
                 lines.append(f"dir   {name}/")
             else:

@@ -9,6 +9,13 @@ person about sends the call back to the workflow to ask.
 
 ``grep`` reads every file below its ``path``, so it leaves out the files an
 explicit ``read`` deny rule covers, by their path as walked or as resolved.
+
+A link can change between this check and the tool's open. So the file tools
+do not open by name: they walk the path without following links
+(``beneath.walk``) and judge the path they actually opened with the same
+rules (``check_opened``, which ``check_resolved`` arms for the call it
+judged); a link flipped in between makes the call fail, never read or write
+what the rules deny.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from durable_agent.activities.tools.base import confine
+from durable_agent.activities.tools.base import ToolFailure, confine
 from durable_agent.core.activity_api import ToolCallInput, ToolOutput
 from durable_agent.core.permissions import PermissionPolicy, parse_rule
 from durable_agent.core.tool_specs import ToolSpec
@@ -30,6 +37,23 @@ from durable_agent.core.tool_specs import ToolSpec
 READ_DENIED: contextvars.ContextVar[Callable[[str], bool] | None] = contextvars.ContextVar(
     "read_denied", default=None
 )
+
+
+# Set by ``check_resolved`` for the call it judged: what the tool opened is judged with it
+# (``check_opened``). A context variable: each activity runs in a context of its own, and the
+# tool's thread gets a copy of it.
+OPENED_JUDGE: contextvars.ContextVar[Callable[[str], str | None] | None] = contextvars.ContextVar(
+    "opened_judge", default=None
+)
+
+
+def check_opened(resolved: str) -> None:
+    """Refuse (``ToolFailure``) a path the call's rules deny, or ask about unapproved, as the
+    tool found it when it opened it (workspace-relative, links resolved)."""
+    judge = OPENED_JUDGE.get()
+    refusal = judge(resolved) if judge is not None else None
+    if refusal is not None:
+        raise ToolFailure(refusal)
 
 
 def relative(root: Path, path: Path) -> str:
@@ -68,6 +92,7 @@ def check_resolved(inp: ToolCallInput, spec: ToolSpec, arguments: dict[str, Any]
     Only for tools whose permission target is a path; a path that leaves the
     workspace is left to the tool, which refuses it.
     """
+    OPENED_JUDGE.set(None)
     policy = inp.permissions
     if policy is None or spec.target_arg is None or not spec.target_is_path:
         return None
@@ -75,13 +100,14 @@ def check_resolved(inp: ToolCallInput, spec: ToolSpec, arguments: dict[str, Any]
     if not isinstance(value, str) or not value:
         return None  # the argument check reports it
     root = Path(inp.workspace).resolve()
+    given = posixpath.normpath(value)
+    if posixpath.isabs(given):
+        given = posixpath.relpath(given, str(root)) if given.startswith(str(root)) else given
+    OPENED_JUDGE.set(lambda opened: _opened_refusal(inp, policy, value, given, opened))
     try:
         resolved = relative(root, confine(root, value))
     except Exception:
         return None
-    given = posixpath.normpath(value)
-    if posixpath.isabs(given):
-        given = posixpath.relpath(given, str(root)) if given.startswith(str(root)) else given
     if resolved == given:
         return None
     decision = policy.decide(inp.name, resolved)
@@ -102,5 +128,26 @@ def check_resolved(inp: ToolCallInput, spec: ToolSpec, arguments: dict[str, Any]
             is_error=True,
             permission="ask",
             resolved_target=resolved,
+        )
+    return None
+
+
+def _opened_refusal(
+    inp: ToolCallInput, policy: PermissionPolicy, value: str, given: str, opened: str
+) -> str | None:
+    """Why the rules refuse the path the tool opened (``None``: they do not), judged as
+    ``check_resolved`` judges the path it resolved before."""
+    if opened == given:
+        return None  # the path the workflow judged (and a person approved, where one was asked)
+    decision = policy.decide(inp.name, opened)
+    if decision == "deny":
+        return (
+            f"permission denied: {inp.name} {value} resolves to {opened}, which is not allowed by the "
+            "run's permissions"
+        )
+    if decision == "ask" and inp.approved_target != opened:
+        return (
+            f"{inp.name} {value} resolves to {opened} now (a link changed since the call was judged), "
+            "which needs a person's approval; call it again"
         )
     return None

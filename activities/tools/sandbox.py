@@ -1,20 +1,24 @@
 """The ``bash`` tool's sandbox: each command in a bubblewrap (``bwrap``) sandbox of its own.
 
-With ``[sandbox] kind = "bubblewrap"`` (the default) a command sees:
+With ``[sandbox] kind = "bubblewrap"`` (the default) a command sees
+(``sandbox_view``): the system folders read-only, the workspace writable at its
+real path (so paths in the output mean the same on the worker), ``/tmp`` as the
+call's scratch folder (HOME is ``/tmp/home``), removed after the call, and the
+``read_only`` and ``writable`` paths of the config; nothing else of the host
+(homes, ``/run``, ``/var``, the host's ``/tmp`` and their UNIX sockets, the
+session store, export sinks, other workspaces). Also:
 
-- the file system read-only, at the real paths, except: the workspace,
-  writable at its real path (so paths in the output mean the same on the
-  worker); ``/tmp``, which is the call's scratch folder (HOME is
-  ``/tmp/home``), removed after the call; the worker's home folder and
-  ``/run``, which are empty, so credential files (``~/.aws``, ``~/.ssh``,
-  ``~/.config``) and daemons' sockets (``docker.sock``) are out of reach; and
-  the ``read_only`` and ``writable`` paths of the config, at their real paths
-  (a ``read_only`` path under the worker's home shows it again);
 - a minimal ``/dev`` and its own ``/proc`` in a new PID namespace, so the
-  worker's processes and their environment are invisible;
+  worker's processes and their environment are invisible, with the kernel's
+  settings (``/proc/sys`` and the like) read-only;
+- a user namespace of its own, in which the command is ``uid``/``gid`` (1000),
+  not root, and cannot make another (``--disable-userns``); on the host it is
+  who ``sandbox_limits.host_user`` says: the worker, or, for a worker running
+  as root, the workspace's owner;
 - no network but a loopback of its own unless ``network = true``; its own
-  IPC and host name; no capabilities, even when the worker runs as root, and
-  no new privileges (setuid programs do not raise them);
+  IPC, cgroup view and host name; no capabilities, even when the worker runs
+  as root, and no new privileges (setuid programs do not raise them);
+- the call's resource bounds (``sandbox_limits``);
 - only the tool's allowlisted environment. bwrap itself gets that environment
   too: the sandbox's pid 1 is a fork of bwrap, and its ``/proc/1/environ``
   would show whatever bwrap was started with.
@@ -32,23 +36,45 @@ processes inside, then SIGKILL to bwrap and its init (``bash``).
 
 from __future__ import annotations
 
+import functools
 import os
 import pwd
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from durable_agent.config import SandboxConfig
+from durable_agent.activities.tools.sandbox_limits import (
+    CallCgroup,
+    HostUser,
+    SandboxUnavailable,
+    call_cgroup,
+    give_to,
+    host_user,
+    limited,
+)
+from durable_agent.activities.tools.sandbox_view import (
+    git_directories,
+    git_metadata_mounts,
+    hidden_mounts,
+    remove_strays,
+    shown,
+    stray_commondirs,
+    system_mounts,
+)
+from durable_agent.config import AgentConfig, FilesystemSinkConfig, FilesystemStoreConfig, SandboxConfig
 
 BWRAP_VARIABLE = "DURABLE_AGENT_BWRAP"
 SCRATCH_INSIDE = "/tmp"
 HOME_INSIDE = "/tmp/home"
 INSTALL_HINT = "apt-get install bubblewrap (Debian, Ubuntu), dnf install bubblewrap (Fedora)"
 PROBE_SECONDS = 10.0
+SHELL = "/bin/bash"
 
-_probed: dict[tuple[str, SandboxConfig], str | None] = {}
+_probed: dict[tuple[str, SandboxConfig, HostUser | None], str | None] = {}
 
 
 def bwrap_program() -> str:
@@ -56,9 +82,23 @@ def bwrap_program() -> str:
     return os.environ.get(BWRAP_VARIABLE) or "bwrap"
 
 
-def inside_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The tool's environment with HOME and TMPDIR moved to where the scratch folder is inside."""
-    return {**env, "HOME": HOME_INSIDE, "TMPDIR": SCRATCH_INSIDE}
+def sandbox_settings(config: AgentConfig) -> SandboxConfig:
+    """``[sandbox]``, with the worker's session store and filesystem export sinks added to ``hide``."""
+    own = [config.store.path] if isinstance(config.store, FilesystemStoreConfig) else []
+    own += [sink.path for sink in config.sinks.values() if isinstance(sink, FilesystemSinkConfig)]
+    hide = (*config.sandbox.hide, *(path.absolute() for path in own))
+    return config.sandbox.model_copy(update={"hide": tuple(dict.fromkeys(hide))})
+
+
+def inside_environment(env: Mapping[str, str], settings: SandboxConfig | None = None) -> dict[str, str]:
+    """The tool's environment with HOME and TMPDIR moved to the scratch folder inside, USER the uid's."""
+    inside = {**env, "HOME": HOME_INSIDE, "TMPDIR": SCRATCH_INSIDE}
+    if settings is not None and settings.user_namespace:
+        try:
+            inside["USER"] = pwd.getpwuid(settings.uid).pw_name
+        except KeyError:
+            inside["USER"] = str(settings.uid)
+    return inside
 
 
 def _worker_homes() -> list[Path]:
@@ -82,6 +122,16 @@ def _resolver_under_run() -> Path | None:
     return real if real.is_relative_to("/run") and real.exists() else None
 
 
+@functools.cache
+def _supports(program: str, option: str) -> bool:
+    """Whether this bwrap knows ``option`` (``--disable-userns`` came with 0.8)."""
+    try:
+        done = subprocess.run([program, "--help"], capture_output=True, timeout=PROBE_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return option.encode() in done.stdout + done.stderr
+
+
 def bwrap_argv(
     settings: SandboxConfig,
     workspace: Path,
@@ -89,24 +139,38 @@ def bwrap_argv(
     env: Mapping[str, str],
     command: Sequence[str],
     program: str | None = None,
+    *,
+    host_root: bool = False,
+    repositories: Sequence[Path] | None = None,
 ) -> list[str]:
     """The bwrap command line that runs ``command`` in ``workspace`` inside the sandbox.
 
-    Mounts are applied in order, so a later one shows through an earlier one:
-    the workspace inside a hidden home stays visible.
+    Mounts are applied in order, so a later one shows through an earlier one
+    (``sandbox_view``). ``host_root``: the command will be uid 0 on the host,
+    so what /etc keeps from other users is masked too. ``repositories``: the
+    git folders to guard (default: found in the workspace now).
     """
-    argv = [program or bwrap_program(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    # Hidden behind empty folders, made read-only once every later mount has made its mount
-    # point in them (those show a path inside again: a workspace in the worker's home).
-    # A folder that is, or is inside, one of those mounts stays as that mount shows it.
-    shown = [Path(SCRATCH_INSIDE), workspace, *settings.read_only, *settings.writable]
-    hidden = [
-        str(folder)
-        for folder in [Path("/run"), *_worker_homes()]
-        if not any(folder == path or folder.is_relative_to(path) for path in shown)
+    program = program or bwrap_program()
+    argv = [program]
+    if settings.user_namespace:
+        argv += ["--unshare-user", "--uid", str(settings.uid), "--gid", str(settings.gid)]
+        if _supports(program, "--disable-userns"):
+            argv.append("--disable-userns")
+    argv += system_mounts(settings)
+    if settings.max_memory_bytes and _supports(program, "--size"):
+        # Shared memory is memory: a tmpfs of the address-space bound, not half the host's RAM.
+        argv += ["--perms", "1777", "--size", str(settings.max_memory_bytes), "--tmpfs", "/dev/shm"]
+    # The worker's home, where a system path shows it: hidden behind an empty folder, made
+    # read-only once every later mount has made its mount point in it (a workspace there).
+    in_view = [Path(SCRATCH_INSIDE), workspace, *settings.read_only, *settings.writable]
+    homes = [
+        str(home)
+        for home in _worker_homes()
+        if any(home.is_relative_to(path) for path in shown(settings))
+        and not any(home == path or home.is_relative_to(path) for path in in_view)
     ]
-    for folder in hidden:
-        argv += ["--tmpfs", folder]
+    for home in homes:
+        argv += ["--tmpfs", home]
     argv += ["--bind", str(scratch), SCRATCH_INSIDE]
     resolver = _resolver_under_run() if settings.network else None
     if resolver is not None:
@@ -116,13 +180,18 @@ def bwrap_argv(
         argv += ["--ro-bind", str(path), str(path)]
     for path in settings.writable:
         argv += ["--bind", str(path), str(path)]
-    for folder in hidden:
-        argv += ["--remount-ro", folder]
-    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    argv += hidden_mounts(settings, workspace, host_root)
+    argv += git_metadata_mounts(
+        repositories if repositories is not None else git_directories(settings, workspace)
+    )
+    for home in homes:
+        argv += ["--remount-ro", home]
+    # The root and /dev (their own tmpfs, in memory) take no files: only the mounts in them do.
+    argv += ["--remount-ro", "/", "--remount-ro", "/dev"]
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not settings.network:
         argv.append("--unshare-net")
-    # Not root: bwrap adds a user namespace by itself. --cap-drop matters when the worker is
-    # root: without it, root inside could remount / writable.
+    # --cap-drop matters when the worker is root: without it, root inside could remount / writable.
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
     for name, value in sorted(env.items()):
         argv += ["--setenv", name, value]
@@ -130,13 +199,64 @@ def bwrap_argv(
     return argv
 
 
-def sandbox_problem(settings: SandboxConfig) -> str | None:
+@dataclass
+class Launch:
+    """How to start one sandboxed command: the program, as whom, in which cgroup; ``close`` after."""
+
+    argv: list[str]
+    env: dict[str, str]
+    user: HostUser | None = None
+    cgroup: CallCgroup | None = None
+    strays: Sequence[Path] = ()  # files the command must not leave behind (a new .git/commondir)
+
+    def options(self) -> dict[str, Any]:
+        """The subprocess options that start it as ``user`` (no other groups) and in ``cgroup``."""
+        options: dict[str, Any] = {}
+        if self.user is not None:
+            options.update(user=self.user.uid, group=self.user.gid, extra_groups=[])
+        if self.cgroup is not None:
+            options["preexec_fn"] = self.cgroup.join
+        return options
+
+    def close(self) -> list[str]:
+        """Remove the call's cgroup and what the command must not leave; notes on what it left."""
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        return remove_strays(self.strays)
+
+
+def launch(
+    settings: SandboxConfig, workspace: Path, scratch: Path, env: Mapping[str, str], command: str
+) -> Launch:
+    """The sandboxed start of ``command``; ``SandboxUnavailable`` when it cannot run as configured.
+
+    Blocking (it may run the probe as the workspace's owner): call it in a thread.
+    """
+    user = host_user(settings, workspace)
+    if user is not None:
+        problem = sandbox_problem(settings, user)
+        if problem is not None:
+            raise SandboxUnavailable(f"{problem} (as uid {user.uid}, the workspace's owner)")
+        give_to(user, scratch, *scratch.iterdir())
+    host_root = os.geteuid() == 0 and user is None
+    inside = inside_environment(env, settings)
+    shell = limited(settings, SHELL, command)
+    repositories = git_directories(settings, workspace)
+    cgroup = call_cgroup(settings.max_processes) if host_root and settings.max_processes else None
+    argv = bwrap_argv(
+        settings, workspace, scratch, inside, shell, host_root=host_root, repositories=repositories
+    )
+    return Launch(argv, inside, user, cgroup, stray_commondirs(repositories))
+
+
+def sandbox_problem(settings: SandboxConfig, user: HostUser | None = None) -> str | None:
     """Why the sandbox the settings ask for cannot start here, with what to do; ``None`` when it can.
 
-    Starts ``bwrap … /bin/true`` once with these settings (the answer is kept
-    for the life of the process), so a missing program, a kernel or container
-    that forbids namespaces and a configured path that does not exist all show
-    up at worker start rather than at the first command.
+    Starts a command in the sandbox once with these settings (the answer is
+    kept for the life of the process), so a missing program, a kernel or
+    container that forbids namespaces and a configured path that does not
+    exist all show up at worker start rather than at the first command.
+    ``user``: started as that host user, as a call in its workspace would be.
     """
     if settings.kind == "none":
         return None
@@ -145,21 +265,28 @@ def sandbox_problem(settings: SandboxConfig) -> str | None:
     if found is None:
         where = "" if "/" in program else " on PATH"
         return f"bubblewrap is not installed ({program!r} not found{where}): {INSTALL_HINT}"
-    key = (found, settings)
+    key = (found, settings, user)
     if key not in _probed:
-        _probed[key] = _probe(found, settings)
+        _probed[key] = _probe(found, settings, user)
     return _probed[key]
 
 
-def _probe(program: str, settings: SandboxConfig) -> str | None:
+def _probe(program: str, settings: SandboxConfig, user: HostUser | None) -> str | None:
     with tempfile.TemporaryDirectory(prefix="agent-sandbox-probe-") as folder:
         workspace, scratch = Path(folder) / "workspace", Path(folder) / "scratch"
         workspace.mkdir()
         scratch.mkdir()
+        give_to(user, Path(folder), workspace, scratch)
         env = {"PATH": "/usr/bin:/bin"}
-        argv = bwrap_argv(settings, workspace, scratch, env, ["/bin/true"], program)
+        shell = limited(settings, SHELL, "true")
+        argv = bwrap_argv(settings, workspace, scratch, env, shell, program)
+        options: dict[str, Any] = {}
+        if user is not None:
+            options.update(user=user.uid, group=user.gid, extra_groups=[])
         try:
-            done = subprocess.run(argv, env=env, capture_output=True, timeout=PROBE_SECONDS, check=False)
+            done = subprocess.run(
+                argv, env=env, capture_output=True, timeout=PROBE_SECONDS, check=False, **options
+            )
         except subprocess.TimeoutExpired:
             return f"bwrap ({program}) did not finish a test run within {PROBE_SECONDS:g} s"
         except OSError as exc:
@@ -168,11 +295,18 @@ def _probe(program: str, settings: SandboxConfig) -> str | None:
         return None
     said = done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}"
     hint = ""
-    if "namespace" in said or "not permitted" in said:
+    if "namespace" in said or "not permitted" in said or "uid map" in said:
         hint = (
             " (the kernel or the container forbids the namespaces it needs; in Docker the worker's"
-            " container needs e.g. --security-opt seccomp=unconfined --security-opt apparmor=unconfined)"
+            " container needs e.g. --security-opt seccomp=unconfined --security-opt apparmor=unconfined"
         )
+        if settings.user_namespace:
+            hint += (
+                "; where only user namespaces are refused (user.max_user_namespaces = 0, AppArmor's"
+                " kernel.apparmor_restrict_unprivileged_userns), [sandbox] user_namespace = false runs"
+                " without one: a worker running as root then runs commands as uid 0 inside"
+            )
+        hint += ")"
     return f"bwrap cannot create its sandbox here: {said}{hint}"
 
 

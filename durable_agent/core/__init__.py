@@ -1,10 +1,13 @@
 """The pure core: what a run is made of, with no Temporal and no I/O.
 
-Messages and events (``models``), the export contract v1 (``export``,
-``canonical``), the run's log (``run_log``), the loop's state and step logic
-(``loop``), the permission language (``permissions``; ``shell_judge``, ``shell_words``,
-``shell_commands`` for ``bash``; ``globs``), the tools' specs and arguments (``tool_specs``, ``tool_args``),
-the run's plan (``plan``), the workflow's and activities' inputs and outputs
-(``run_api``, ``activity_api``), bounded JSON (``json_limits``), and the shapes
-from before linear history (``legacy``). ``tests/test_layers.py`` keeps it pure.
+Messages, content blocks and events (``models``; images in them: ``images``), the export
+contract v1 (``export``, ``canonical``, ``export_parts``), the run's log (``run_log``), the
+loop's state and step logic (``loop``), the model's view of the conversation (``context``),
+the permission language (``permissions``; for ``bash``: ``shell_judge``, ``shell_words``,
+``shell_commands``, ``shell_tree``, and what a line hides from the rules: ``shell_unseen``,
+``rule_reach``; ``globs``), the tools' specs and arguments (``tool_specs``, ``tool_args``),
+the run's plan (``plan``), the workflow's and activities' inputs and outputs (``run_api``,
+``activity_api``), bounded JSON and text a payload can carry (``json_limits``,
+``surrogates``), and the shapes from before linear history (``legacy``).
+``tests/test_layers.py`` keeps it pure.
 """

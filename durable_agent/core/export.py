@@ -7,6 +7,7 @@ schema strings; v1 exports stay readable by ``open_export`` forever.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any, Final, Literal
 
@@ -16,7 +17,7 @@ from durable_agent.core.canonical import CanonicalJsonError, canonical_bytes, di
 from durable_agent.core.errors import validation_message
 from durable_agent.core.json_limits import DOCUMENT_MAX_DEPTH, JsonLimitError
 from durable_agent.core.json_limits import loads as bounded_loads
-from durable_agent.core.models import EventRecord, Frozen, Message, TokenUsage, ToolEndEvent
+from durable_agent.core.models import EventRecord, Frozen, ImageBlock, Message, TokenUsage, ToolEndEvent
 from durable_agent.core.permissions import PermissionPolicy
 
 EXPORT_SCHEMA: Final = "durable-agent.session-checkpoint-export.v1"
@@ -350,11 +351,28 @@ def check_self_consistent(payload: CheckpointPayload) -> None:
             previous = event.sequence
         if run.event_count < previous:
             raise InvalidPayload(f"run {run.id!r}: event_count does not cover its events")
+    for message in logical.messages:
+        for image in message.images():
+            _check_image(image)
     source = payload.source_run().snapshot
     if source.is_terminal:
         raise InvalidPayload(f"source run {source.id!r} is terminal ({source.status})")
     if source.capability_binding != logical.capability_binding:
         raise InvalidPayload("capability binding differs between logical resume and source run")
+
+
+def _check_image(image: ImageBlock) -> None:
+    """An export is portable: each image holds its data, whose digest and size it states."""
+    if not image.data:
+        raise InvalidPayload(f"image {image.digest} has no data (an export holds its images whole)")
+    if sha256_digest(image.data.encode("ascii", errors="replace")) != image.digest:
+        raise InvalidPayload(f"image {image.digest}: its data does not have that digest")
+    try:
+        size = len(base64.b64decode(image.data, validate=True))
+    except ValueError:
+        raise InvalidPayload(f"image {image.digest}: its data is not base64") from None
+    if size != image.size:
+        raise InvalidPayload(f"image {image.digest} is {size} bytes, not the {image.size} it states")
 
 
 def tool_end_ids(record: RunRecord) -> list[str]:

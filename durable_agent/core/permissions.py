@@ -11,9 +11,10 @@ a pattern covers every call of the tools it names.
 A ``bash`` line is parsed (``durable_agent.core.shell_judge``) into its simple
 commands, wherever they are: in lists and pipelines, subshells, ``$(…)``,
 backticks, process substitutions, function bodies, control structures, after a
-comment's newline, inside ``bash -c '…'`` and ``eval``. Each command is its
-words after quote removal, joined by single spaces (``'git'  "status"`` is
-``git status``).
+comment's newline, inside ``bash -c '…'`` and ``eval``, and in the literal
+script a line feeds a shell (``bash <<< '…'``, a quoted here-doc), ``trap`` or
+``script -c``. Each command is its words after quote removal, joined by single
+spaces (``'git'  "status"`` is ``git status``).
 
 - A deny rule denies the line when it matches the line's text or any spelling
   of any command in it: the words as written; a path's last part
@@ -24,10 +25,24 @@ words after quote removal, joined by single spaces (``'git'  "status"`` is
   ``find -exec``'s command; git without its global options (``git -C . -c x=y
   --no-pager push`` is ``git push``); the words as if every expansion were
   empty (``$x git push``, ``git push$x``).
+- Where the line runs what the judge cannot see, no allow rule allows it while
+  a deny rule could match what is hidden (``shell_unseen``, ``rule_reach``):
+  ask and the default decide. Hidden are a shell's script read from stdin, a
+  pipe, a file or an expansion (``bash -s``, ``cat x | sh``, ``bash x.sh``,
+  ``source f``, ``sh -c "$(cat x)"``); a command word built when the line runs
+  (``$G push``, ``git${IFS}push``, ``$(echo git) push``, ``eval $x``); an
+  argument so built, after the words seen (``git $x``, ``git pus?``: a deny
+  rule ``git push:*`` could match, ``curl:*`` could not); ``xargs``' words
+  from stdin; ``alias``, ``hash -p``, ``PS4``/``BASH_ENV``/``BASH_FUNC_*``;
+  arithmetic on a variable (``$((x))``, ``[[ $x -eq 1 ]]``, ``${s:n}``),
+  ``${x@P}`` and ``${!x}``, which run the ``$(…)`` a value holds.
 - An allow rule allows the line only when the line is *transparent* (nothing
   in it is decided when it runs, see ``shell_judge``) and it matches the plain
   words of every command. Spellings never allow: ``bash(pytest:*)`` allows
-  ``pytest -q`` but not ``env pytest`` nor ``/usr/bin/pytest``.
+  ``pytest -q`` but not ``env pytest`` nor ``/usr/bin/pytest``. One exception
+  to transparency: a rule ending in ``:*`` takes any words after its own, so
+  it also allows plain variables there (``bash(echo:*)`` allows ``echo
+  "$HOME"``; not ``${x:=y}``, ``$(…)`` nor ``$((…))``).
 - Otherwise an ask rule that matches a command's plain words asks, and the
   default decides what is left: opaque lines (a comment, ``$VAR``, ``$(…)``, a
   redirection to a file, ``A=b cmd``, ``if``/``for``, …) never reach allow.
@@ -36,6 +51,9 @@ words after quote removal, joined by single spaces (``'git'  "status"`` is
   deeply, or tree-sitter reads it otherwise than bash) while a deny rule with a
   pattern is in force: then ask and the default decide, since the deny rule
   might have matched what went unseen.
+
+Replays decide as the run first did: a run recorded before the two rules above
+takes their legacy decisions (``decide(legacy=True)``, ``workflows.shell_gate``).
 
 What a rule cannot promise: it judges the text of a line, not its effects.
 ``bash(pytest:*)`` allows ``pytest -p plugin`` and ``pytest --rootdir …``,
@@ -46,8 +64,11 @@ and git aliases are not expanded, so ``deny bash(git push:*)`` does not see
 ``git -c alias.p=push p``. Globs in arguments are left to bash
 (``rm *`` can expand to ``-rf``); deny rules see spellings, not option orders
 (``rm -fr`` is not ``rm -rf``); a program may run another (``make``,
-``npm run``, a script). Rules decide what runs without a person; the sandbox
-is the boundary.
+``npm run``, a script, ``python -c``, ``perl -e``, ``awk``'s ``system``).
+So deny rules under a broad ``bash`` allow are a blocklist that data flow
+defeats (a file written by one call and run by the next, a git alias or hook);
+allow-lists (``bash(pytest:*)``, ``bash(git status)``) are the safe form. Rules
+decide what runs without a person; the sandbox is the boundary.
 """
 
 from __future__ import annotations
@@ -62,7 +83,8 @@ from pydantic import field_validator
 
 from durable_agent.core.globs import GlobError, compile_glob
 from durable_agent.core.models import Frozen
-from durable_agent.core.shell_judge import judge
+from durable_agent.core.rule_reach import could_match
+from durable_agent.core.shell_judge import ShellLine, judge
 
 Decision = Literal["allow", "deny", "ask"]
 
@@ -129,9 +151,14 @@ class _Matcher:
 
     every: bool  # a rule without a pattern: it matches every call
     patterns: tuple[re2._Regexp[str], ...]
+    sources: tuple[str, ...]  # the patterns as written, for ``could_match``
 
     def matches(self, text: str) -> bool:
         return self.every or any(p.fullmatch(text) is not None for p in self.patterns)
+
+    def could_match(self, start: str) -> bool:
+        """Whether a rule could match a command starting with ``start`` (see ``rule_reach``)."""
+        return self.every or any(could_match(source, start) for source in self.sources)
 
 
 @lru_cache(maxsize=256)
@@ -140,11 +167,42 @@ def _matcher(rules: tuple[str, ...], tool: str) -> _Matcher:
     return _Matcher(
         every=any(rule.pattern is None for rule in parsed),
         patterns=tuple(_compile(rule.pattern) for rule in parsed if rule.pattern is not None),
+        sources=tuple(rule.pattern for rule in parsed if rule.pattern is not None),
     )
 
 
 # Tools whose target is a shell command line.
 COMMAND_TOOLS = frozenset({"bash"})
+# The reasons a line whose only opaque words are plain variables is not transparent.
+_VARIABLE_REASONS = frozenset(
+    {"not a literal command", "simple_expansion", "expansion", "variable_name", "special_variable_name"}
+)
+
+
+def _variables_after_prefix(reading: ShellLine, rules: tuple[str, ...], tool: str) -> bool:
+    """Whether the allow rules allow every command, a ``:*`` rule those with variables after its words.
+
+    ``bash(echo:*)`` allows ``echo`` then any words, so ``echo "$HOME"`` too: a
+    variable's value is words, and the rule takes any. Only plain variables (no
+    ``${x:=y}``, ``${x@P}``, arithmetic or substitution, which act or run code),
+    only after a command's literal words, and only under a rule ending in ``:*``.
+    """
+    if not reading.readable or not set(reading.reasons) <= _VARIABLE_REASONS:
+        return False
+    every_rule = _matcher(rules, tool)
+    prefix_rules = _matcher(tuple(rule for rule in rules if rule.rstrip().endswith(":*)")), tool)
+    for command in reading.commands:
+        words, literal, variable = command.words, command.literal, command.variables
+        at = next((i for i, v in enumerate(variable) if v), len(words))
+        # the words before are literal; those after, literal or plain variables
+        if at == 0 or not all(literal[i] or variable[i] for i in range(len(words))):
+            return False
+        if any(variable[i] for i in range(at)) or not all(literal[:at]):
+            return False
+        matcher = every_rule if at == len(words) else prefix_rules
+        if not matcher.matches(" ".join(words[:at])):
+            return False
+    return True
 
 
 class PermissionPolicy(Frozen):
@@ -162,29 +220,64 @@ class PermissionPolicy(Frozen):
             parse_rule(rule)
         return rules
 
-    def decide(self, tool: str, target: str | None) -> Decision:
-        """The decision for one call of ``tool`` touching ``target``."""
+    def decide(self, tool: str, target: str | None, *, legacy: bool = False) -> Decision:
+        """The decision for one call of ``tool`` touching ``target``.
+
+        Args:
+            tool: the tool's name.
+            target: what the call touches (a path, a pattern, a shell line), if anything.
+            legacy: decide a shell line as the rules did before lines that hide what
+                they run failed closed (see the module docstring); only for replaying
+                runs that decided so (``workflows.shell_gate``).
+
+        Returns:
+            ``allow``, ``deny`` or ``ask``.
+        """
         if tool.lower() in COMMAND_TOOLS and target is not None:
-            return self._decide_line(tool, target)
+            return self._decide_line(tool, target, judge(target), legacy=legacy)
         for decision, rules in (("deny", self.deny), ("allow", self.allow), ("ask", self.ask)):
             if any(parse_rule(r).matches(tool, target) for r in rules):
                 return decision  # type: ignore[return-value]
         return self.default
 
-    def _decide_line(self, tool: str, line: str) -> Decision:
+    def decide_both(self, tool: str, target: str | None) -> tuple[Decision, Decision]:
+        """``decide`` by today's rules and by the legacy ones, judging a shell line once.
+
+        Returns:
+            Today's decision, then the legacy one (equal but for a shell line).
+        """
+        if tool.lower() not in COMMAND_TOOLS or target is None:
+            decision = self.decide(tool, target)
+            return decision, decision
+        reading = judge(target)
+        return (
+            self._decide_line(tool, target, reading, legacy=False),
+            self._decide_line(tool, target, reading, legacy=True),
+        )
+
+    def _decide_line(self, tool: str, line: str, reading: ShellLine, *, legacy: bool) -> Decision:
         """A shell line, judged by every simple command in it (see the module docstring)."""
-        reading = judge(line)
         name = tool.lower()
         deny, allow, ask = (_matcher(rules, name) for rules in (self.deny, self.allow, self.ask))
+        commands = reading.commands if legacy else reading.commands + reading.fed
         # dict.fromkeys: each spelling is matched once, however often the line repeats it
-        spellings = dict.fromkeys(" ".join(form) for command in reading.commands for form in command.forms)
+        spellings = dict.fromkeys(" ".join(form) for command in commands for form in command.forms)
         if deny.matches(line) or any(deny.matches(text) for text in spellings):
             return "deny"
+        plain = list(dict.fromkeys(command.text for command in reading.commands))
+        # a deny rule that could match what the line hides keeps every allow rule off
+        starts = {unseen.start for unseen in reading.unseen} if deny.patterns else set()
+        if not legacy and any(deny.could_match(start) for start in starts):
+            return self._ask_or_default(ask, plain, line)
         if allow.every and (reading.readable or not deny.patterns):
             return "allow"
-        plain = list(dict.fromkeys(command.text for command in reading.commands))
         if reading.transparent and all(allow.matches(text) for text in plain):
             return "allow"
+        if not legacy and _variables_after_prefix(reading, self.allow, name):
+            return "allow"
+        return self._ask_or_default(ask, plain, line)
+
+    def _ask_or_default(self, ask: _Matcher, plain: list[str], line: str) -> Decision:
         if any(ask.matches(text) for text in plain or [line]):
             return "ask"
         return self.default

@@ -6,11 +6,11 @@ Compatibility rule: fields may be added with defaults, never renamed or removed.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from durable_agent.core.context import ContextPolicy
 from durable_agent.core.export import CapabilityBinding, ResumedFrom
-from durable_agent.core.models import Frozen, ToolDefinition
+from durable_agent.core.models import Frozen, ToolDefinition, ToolsUnavailable
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.tool_specs import ToolOffer
 
@@ -19,6 +19,15 @@ from durable_agent.core.tool_specs import ToolOffer
 # A task's local activity (the checkpoint) may take longer: the SDK extends the task. A
 # task that replays a whole history may not: ``continue_as_new_events`` keeps that short.
 WORKFLOW_TASK_SECONDS = 3
+# What a run's inputs may take together of Temporal's 2 MiB payload limit (``Limits``): the rest is
+# for the system prompt, the permissions and the newest events a payload carries with them.
+INPUT_BUDGET_BYTES = 1_572_864
+# The largest ``max_message_bytes`` a worker may set, and what the client refuses to send at all.
+# The SDK's answer to an update (accepted or rejected) echoes its whole input, and Temporal
+# receives at most 4 MiB from a worker at once: with the 10 updates it lets wait on a run
+# (``history.maxInFlightUpdates``) in one workflow task, more than this each would pass it, and
+# Temporal would terminate the run.
+MESSAGE_BYTES_CEILING = 393_216
 
 
 class Timeouts(Frozen):
@@ -60,6 +69,31 @@ class Limits(Frozen):
     # No longer used (an export no longer passes through Temporal); accepted so that
     # runs recorded with it replay and old configs load.
     max_checkpoint_bytes: int | None = Field(None, deprecated="exports no longer pass through Temporal")
+    # What a run takes in (``durable_agent.workflows.admission``), as the JSON its payloads carry:
+    # each is bounded so that no input can make a payload pass Temporal's 2 MiB, and together
+    # (``INPUT_BUDGET_BYTES``) they leave room for the rest of the largest payload they share
+    # (the run's header, its continue-as-new input). One person's message: the start prompt, a
+    # ``prompt`` or a ``steer`` update; past it the update is rejected (``InputTooLarge``).
+    max_message_bytes: int = Field(262_144, ge=1_024, le=MESSAGE_BYTES_CEILING)
+    # The steers that wait for the model's next request, by count and by size; past either, a
+    # ``steer`` is rejected (``SteerQueueFull``) until the model's next request takes them.
+    max_queued_messages: int = Field(32, ge=1, le=1_000)
+    max_queued_bytes: int = Field(524_288, ge=1_024, le=1_048_576)
+    # The definitions of the tools a run is offered: MCP servers are added in name order, and a
+    # server whose tools would pass this is left out of the run whole (a ``tools_unavailable`` event
+    # says so); the worker's own tools always count first.
+    max_tool_catalog_bytes: int = Field(524_288, ge=16_384, le=1_048_576)
+
+    @model_validator(mode="after")
+    def _within_input_budget(self) -> Limits:
+        total = self.max_message_bytes + self.max_queued_bytes + self.max_tool_catalog_bytes
+        if total > INPUT_BUDGET_BYTES:
+            raise ValueError(
+                f"max_message_bytes + max_queued_bytes + max_tool_catalog_bytes is {total}, over "
+                f"{INPUT_BUDGET_BYTES}: a run's header and its continue-as-new input carry them "
+                "together, within Temporal's 2 MiB payload limit"
+            )
+        return self
 
 
 class RunPlan(Frozen):
@@ -93,6 +127,8 @@ class RunPlan(Frozen):
     limits: Limits = Limits()
     # None: no context management (what replays of runs recorded before it see)
     context: ContextPolicy | None = None
+    # MCP servers left out of the run: their tools would pass ``limits.max_tool_catalog_bytes``
+    tools_refused: tuple[ToolsUnavailable, ...] = ()
 
     def definitions(self) -> list[ToolDefinition]:
         return [t.definition for t in self.tools]

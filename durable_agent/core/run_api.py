@@ -7,7 +7,7 @@ field is never renamed or removed while histories that carry it may replay.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, NewType
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -52,6 +52,15 @@ AWAITING_APPROVAL = "awaiting_approval"
 AWAITING_PROMPT = "awaiting_prompt"
 
 FinalStatus = Literal["completed", "failed", "cancelled", "budget_exhausted"]
+
+# The types of a rejected update's failure (``WorkflowUpdateFailedError.cause.type``) and of a
+# run refused at its start, when what was sent cannot be taken: the run goes on untouched.
+INPUT_TOO_LARGE = "InputTooLarge"  # a message past ``[limits] max_message_bytes``
+QUEUE_FULL = "SteerQueueFull"  # ``max_queued_messages`` or ``max_queued_bytes`` steers wait already
+HISTORY_FULL = "HistoryLimit"  # the update would take the history past ``max_history_*``
+# the payload is not encrypted, or not with a key of the worker's ``[codec]`` (``durable_agent.codec``)
+PAYLOAD_REFUSED = "PayloadRefused"
+INVALID_RUN_INPUT = "InvalidRunInput"  # a run's start input that is not an ``AgentRunInput``
 
 
 class RunSettings(BaseModel):
@@ -312,3 +321,19 @@ class CarriedState(Frozen):
 
 
 AgentRunInput.model_rebuild()
+
+# The start input as the workflow reads it: a JSON object, checked as ``AgentRunInput`` by the
+# run itself, which refuses a bad one with a reason instead of failing its workflow task.
+RunInputJson = NewType("RunInputJson", dict[str, Any])
+
+# What a client sends a run: with ``[codec]`` keys on the worker, each of these must come
+# encrypted with one of them, or it is refused (``durable_agent.codec``).
+INBOUND_TYPES: frozenset[object] = frozenset({RunInputJson, ApprovalDecision, FollowUpPrompt, SteerMessage})
+
+
+def is_inbound(hint: object) -> bool:
+    """Whether ``hint`` is the type of something a client sends a run (``INBOUND_TYPES``)."""
+    try:
+        return hint in INBOUND_TYPES
+    except TypeError:  # an unhashable hint is none of them
+        return False

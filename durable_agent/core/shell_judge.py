@@ -23,6 +23,12 @@ control structures, ``[[ … ]]``, ``((…))``; ``eval``, ``source``, ``exec``,
 or tilde in a command name and brace expansion anywhere; ``$'…'`` that does not
 decode to plain ASCII, ``$"…"``; control characters and unusual blanks.
 
+``unseen`` are the places where the line runs what no reading can show (a
+shell's script on stdin or in a file, a command word built when it runs, …;
+see ``shell_unseen``) and ``fed`` the commands of literal scripts the line
+feeds a shell on stdin, ``trap`` or ``script -c``, read for the deny rules.
+Both are apart from the rest, which reads as it did before them, for replays.
+
 ``readable`` is false when the judge may not have seen every command (the line
 does not parse, is too long or too deep), so that not even a rule without a
 pattern allows it while a deny rule could have matched. Where tree-sitter-bash
@@ -52,7 +58,9 @@ from durable_agent.core.shell_commands import (
     command_forms,
     shell_script,
 )
-from durable_agent.core.shell_words import CONTINUATION, gap_edits, unescaped_newlines, word
+from durable_agent.core.shell_tree import command_parts, command_redirects, plain_variable, redirect_parts
+from durable_agent.core.shell_unseen import OTHER_SHELLS, Unseen, in_command, in_node, stdin_script
+from durable_agent.core.shell_words import CONTINUATION, decided_when_run, gap_edits, unescaped_newlines, word
 
 # A Language is immutable and shared; a Parser is not thread-safe but costs
 # under a microsecond to make, so each call makes its own (workflows run on threads).
@@ -71,9 +79,9 @@ _PLAIN = frozenset(
         "file_descriptor",
     }
 )  # fmt: skip
+_ALL_SHELLS = SHELLS | OTHER_SHELLS
 # Redirections that touch no file: descriptor copies and /dev/null.
 _HARMLESS_REDIRECT = re.compile(r"\d*[<>]&(?:\d+|-)|(?:\d*>>?|&>>?|\d*<)\s*/dev/null")
-_CHAINS = frozenset({"list", "pipeline", "negated_command"})
 # bash separates words only at spaces, tabs and newlines; tree-sitter also at
 # CR and others, so a line with another blank or a control character is unread.
 _ODD_CHARACTER = re.compile(
@@ -93,6 +101,9 @@ class SimpleCommand:
     words: tuple[str, ...]
     exact: bool
     forms: tuple[tuple[str, ...], ...]
+    # per word: read exactly (a literal), and one plain variable (``$x``, ``"${x}"``, ``"$@"``)
+    literal: tuple[bool, ...] = ()
+    variables: tuple[bool, ...] = ()
 
     @property
     def text(self) -> str:
@@ -102,12 +113,18 @@ class SimpleCommand:
 
 @dataclass(frozen=True)
 class ShellLine:
-    """The judge's reading of a line; ``reasons`` say why it is not transparent."""
+    """The judge's reading of a line; ``reasons`` say why it is not transparent.
+
+    ``unseen`` and ``fed`` (see the module docstring) are kept apart from the rest,
+    which reads as it did before them, so that a replay can decide as it did.
+    """
 
     commands: tuple[SimpleCommand, ...]
     transparent: bool
     readable: bool
     reasons: tuple[str, ...]
+    unseen: tuple[Unseen, ...] = ()
+    fed: tuple[SimpleCommand, ...] = ()
 
 
 @dataclass
@@ -119,6 +136,8 @@ class _Reading:
     # offsets in the source being read where bash ends a command and tree-sitter does not
     breaks: list[int] = field(default_factory=list)
     volume: int = 0  # see MAX_VOLUME
+    unseen: list[Unseen] = field(default_factory=list)
+    fed: list[tuple[str, int]] = field(default_factory=list)
 
     def opaque(self, reason: str) -> None:
         if reason not in self.reasons:
@@ -133,16 +152,36 @@ def judge(line: str) -> ShellLine:
     """Read ``line`` as ``bash -c`` would; never raises, whatever the input."""
     reading = _Reading()
     reading.nested.append((line, 0))
+    _read_nested(reading)
+    commands = tuple(reading.commands)
+    if not commands:
+        reading.opaque("no command")
+    # Scripts fed to a shell are read apart, so that what the line itself runs reads as before.
+    fed, pending = _Reading(), reading.fed
+    while pending:
+        fed.nested, fed.fed = pending, []
+        _read_nested(fed)
+        pending = fed.fed
+    unseen = reading.unseen + fed.unseen
+    if not fed.readable:
+        unseen.append(Unseen("", "a script fed to a shell could not be read: " + ", ".join(fed.reasons)))
+    return ShellLine(
+        commands,
+        not reading.reasons,
+        reading.readable,
+        tuple(reading.reasons),
+        tuple(dict.fromkeys(unseen)),
+        tuple(fed.commands),
+    )
+
+
+def _read_nested(reading: _Reading) -> None:
     while reading.nested:
         source, level = reading.nested.pop()
         if level > MAX_NESTING:
             reading.unreadable("shell strings nested too deeply")
         else:
             _read_source(source, level, reading)
-    commands = tuple(reading.commands)
-    if not commands:
-        reading.opaque("no command")
-    return ShellLine(commands, not reading.reasons, reading.readable, tuple(reading.reasons))
 
 
 def _read_source(source: str, level: int, reading: _Reading) -> None:
@@ -220,14 +259,18 @@ def _check_node(node: Node, data: bytes, level: int, reading: _Reading) -> None:
     kind = node.type
     if kind not in _PLAIN and node.is_named:
         reading.opaque(kind)
+        if (unseen := in_node(node, data)) is not None:
+            reading.unseen.append(unseen)
     if kind == "command":
         heredoc = any(child.type == "heredoc_redirect" for child in node.children)
-        _read_command(_command_parts(node), heredoc, data, level, reading)
+        redirects = command_redirects(node)
+        _read_command(command_parts(node, redirects), heredoc, redirects, data, level, reading)
     elif kind == "redirected_statement" and node.children[0].type.endswith("_redirect"):
         # ``>x 2>&1 git push``: tree-sitter hangs the whole command on the redirections
-        parts = [part for child in node.children for part in _redirect_parts(child)[1]]
+        parts = [part for child in node.children for part in redirect_parts(child)[1]]
         if parts:
-            _read_command([(parts[0][0], "name"), *parts[1:]], True, data, level, reading)
+            redirects = [child for child in node.children if child.type.endswith("_redirect")]
+            _read_command([(parts[0][0], "name"), *parts[1:]], True, redirects, data, level, reading)
     elif kind == "file_redirect":
         if (
             node.start_byte
@@ -236,7 +279,7 @@ def _check_node(node: Node, data: bytes, level: int, reading: _Reading) -> None:
         ):
             # ``pb\<newline> 2>&1``: bash reads ``2`` as the descriptor, tree-sitter as a word
             reading.unreadable("does not parse")
-        end = _redirect_parts(node)[0]
+        end = redirect_parts(node)[0]
         if not _HARMLESS_REDIRECT.fullmatch(data[node.start_byte : end].decode(errors="replace").rstrip()):
             reading.opaque("redirection")
     elif kind == "compound_statement" and node.children[0].type == "((":
@@ -288,10 +331,18 @@ def _check_ansi_c(node: Node, data: bytes, level: int, reading: _Reading) -> Non
 
 
 def _read_command(
-    parts: list[tuple[Node, str | None]], heredoc: bool, data: bytes, level: int, reading: _Reading
+    parts: list[tuple[Node, str | None]],
+    heredoc: bool,
+    redirects: list[Node],
+    data: bytes,
+    level: int,
+    reading: _Reading,
 ) -> None:
     """One simple command from its parts (words with their roles, in source order)."""
     words: list[str] = []
+    decided: list[bool] = []  # per word: its value is decided when the line runs
+    literals: list[bool] = []
+    variables: list[bool] = []
     exact = name_literal = True
     last_end: int | None = None
     for child, role in parts:
@@ -309,9 +360,15 @@ def _read_command(
         name_literal = literal if not words else name_literal
         if words and not gap.replace(CONTINUATION, b""):
             words[-1] += text  # bash reads ``pu\<newline>sh`` (and ``a"b"``) as one word
+            decided[-1] = decided[-1] or decided_when_run(child, data)
+            literals[-1] = literals[-1] and literal
+            variables[-1] = False
             exact = False
         else:
             words.append(text)
+            decided.append(decided_when_run(child, data))
+            literals.append(literal)
+            variables.append(plain_variable(child))
     if not words:
         return
     reading.volume += sum(map(len, words))
@@ -334,46 +391,12 @@ def _read_command(
                 reading.nested.append((" ".join(form[1:]), level + 1))
         if form[0] in SHELLS and (script := shell_script(form)) is not None:
             reading.nested.append((script, level + 1))
-    reading.commands.append(SimpleCommand(tuple(words), exact, forms))
-
-
-def _command_parts(node: Node) -> list[tuple[Node, str | None]]:
-    """A command's children but its redirections, with their roles, in source order.
-
-    tree-sitter-bash hangs the words after a redirection on it (``git >/dev/null
-    push``, ``git <<EOF push``); bash gives them to the command.
-    """
-    parts: list[tuple[Node, str | None]] = []
-    redirects: list[Node] = []
-    for i, child in enumerate(node.children):
-        if child.type.endswith("_redirect"):
-            redirects.append(child)
-        else:
-            parts.append((child, node.field_name_for_child(i)))
-    # ``a && b >/dev/null c`` parses as a list redirected: ``c`` is the last command's
-    child, parent = node, node.parent
-    while parent is not None and parent.type in _CHAINS and parent.named_children[-1] == child:
-        child, parent = parent, parent.parent
-    if parent is not None and parent.type == "redirected_statement" and parent.children[0] == child:
-        redirects += [child for child in parent.children[1:] if child.type.endswith("_redirect")]
-    for redirect in redirects:
-        for child, role in _redirect_parts(redirect)[1]:
-            parts.append((child, role))
-    return sorted(parts, key=lambda part: part[0].start_byte)
-
-
-def _redirect_parts(redirect: Node) -> tuple[int, list[tuple[Node, str | None]]]:
-    """Where a redirection's own text ends, and the command's words hung on it."""
-    end = redirect.end_byte
-    extra: list[tuple[Node, str | None]] = []
-    seen_target = False
-    for i, child in enumerate(redirect.children):
-        role = redirect.field_name_for_child(i)
-        if role == "argument" or (role == "destination" and seen_target):
-            extra.append((child, "argument"))
-            end = min(end, child.start_byte)
-        seen_target = seen_target or role == "destination" or child.type in (">&-", "<&-")
-    return end, extra
+    reading.commands.append(SimpleCommand(tuple(words), exact, forms, tuple(literals), tuple(variables)))
+    dynamic = frozenset(w for w, d in zip(words, decided, strict=True) if d) if any(decided) else frozenset()
+    stdin = stdin_script(redirects, data) if any(form[0] in _ALL_SHELLS for form in forms) else None
+    unseen, fed = in_command(forms, dynamic, stdin)
+    reading.unseen += unseen
+    reading.fed += [(script, level + 1) for script in fed]
 
 
 # --- the spellings a deny rule sees ------------------------------------------

@@ -20,6 +20,8 @@ CONTINUATION = b"\\\n"  # a backslash-newline: bash removes it, in a word or bet
 _SPECIAL = re.compile(r"[\\$`'\"\s]")
 _NOT_A_NAME = re.compile(r"\s")
 _EXPANDS = re.compile(r"[*?\[~=]")
+_GLOB = re.compile(r"[*?]|\[.+\]")  # a lone ``[`` (the ``[`` command) is no glob
+_MAY_CHANGE = re.compile(rb"[\\$`'\"*?\[{\s]")
 
 
 def _text(data: bytes, node: Node) -> str:
@@ -48,6 +50,27 @@ def word(node: Node, data: bytes, *, is_name: bool) -> tuple[str, bool]:
     if is_name and (not value or _NOT_A_NAME.search(value) or _EXPANDS.search(unquoted)):
         return value, False  # a glob, a tilde, or a name no rule should read as words
     return value, True
+
+
+def decided_when_run(node: Node, data: bytes) -> bool:
+    """Whether a word's value is decided only when the line runs, whatever the judge decodes.
+
+    True for an expansion or substitution anywhere in it, a ``$'…'`` or ``$"…"`` not
+    decoded exactly, brace expansion and an unquoted glob (``git pus?`` runs ``git push``
+    where a file ``push`` exists). A tilde is not: it changes a path, not its last part.
+    """
+    target = node
+    if node.type == "command_name":
+        if node.named_child_count != 1 or node.child_count != 1:
+            return True
+        target = node.children[0]
+    if target.type == "word" and not _MAY_CHANGE.search(data, target.start_byte, target.end_byte):
+        return False  # the common case, without splitting the word into pieces
+    pieces = _pieces(target, data)
+    if pieces is None:
+        return True
+    unquoted = "".join(text if not quoted else "q" * len(text) for text, quoted in pieces)
+    return bool(_BRACES.search(unquoted) or _GLOB.search(unquoted))
 
 
 def _pieces(node: Node, data: bytes) -> list[tuple[str, bool]] | None:

@@ -1,0 +1,130 @@
+"""A changed shell decision is taken in workflow code: runs recorded before replay their old one.
+
+Against the dev server. A run recorded by the code before the fail-closed rules (simulated:
+the worker's ``decide_call`` takes the legacy decision) asked a person about
+``bash <<< 'git push'``; today's rules deny it. Its history replays on today's code because the
+new decision sits behind the ``shell-judge-unseen`` patch, and fails to replay without that
+gate. A new run takes the new decision and records the patch marker; a run whose decisions
+did not change records none.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
+
+from durable_agent.activities import AgentActivities
+from durable_agent.core.models import ConfirmationRequiredEvent, PermissionDeniedEvent
+from durable_agent.core.permissions import Decision, PermissionPolicy
+from durable_agent.workflows import AgentRun, agent_run
+from durable_agent.workflows.shell_gate import PATCH_SHELL_UNSEEN
+from tests.helpers import (
+    RecordingSink,
+    awaiting_approval,
+    final,
+    running_worker,
+    scripted_config,
+    start,
+    tool_call,
+)
+from tests.test_approvals import decide
+from tests.test_replay import replayer
+
+# No allow rule; the deny rule could match the here-string's script; `ask = ["bash"]` is the ask path.
+PERMISSIONS = {"deny": ["bash(git push:*)"], "ask": ["bash"], "default": "deny"}
+FED = "bash <<< 'git push'"  # legacy: ask (a here-string is opaque); today: deny (its script is read)
+
+
+def legacy_decide(policy: PermissionPolicy, tool: str, target: str | None) -> Decision:
+    """What the worker decided before the fail-closed rules."""
+    return policy.decide(tool, target, legacy=True)
+
+
+def new_decide(policy: PermissionPolicy, tool: str, target: str | None) -> Decision:
+    """Today's decision without the patch gate: what a replay must not take for an old run."""
+    return policy.decide(tool, target)
+
+
+def markers(history: WorkflowHistory) -> int:
+    return sum(
+        1
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        and PATCH_SHELL_UNSEEN.encode() in e.SerializeToString()
+    )
+
+
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+async def test_a_run_recorded_before_replays_its_old_decision(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = scripted_config(
+        tmp_path, [tool_call("b1", "bash", command=FED), final("asked")], permissions=PERMISSIONS
+    )
+    sink = RecordingSink()
+    with monkeypatch.context() as old_code:
+        old_code.setattr(agent_run, "decide_call", legacy_decide)
+        async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+            handle = await start(client, queue, workspace(tmp_path))
+            status = await awaiting_approval(handle)
+            assert [p.call_id for p in status.pending_approvals] == ["b1"]  # the legacy decision: ask
+            await decide(handle, "b1", False, "no")
+            result = await handle.result()
+            history = await handle.fetch_history()
+    assert result.status == "completed" and markers(history) == 0
+    events = [r.event for r in sink.exports[-1].open().source_run().events]
+    assert [e.id for e in events if isinstance(e, ConfirmationRequiredEvent)] == ["b1"]
+
+    # today's code, under Temporal's sandbox, replays it: the gate keeps the old decision
+    replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert replay.replay_failure is None, replay.replay_failure
+
+    # without the gate the same history no longer replays: the decision is taken in workflow code
+    monkeypatch.setattr(agent_run, "decide_call", new_decide)
+    ungated = Replayer(
+        workflows=[AgentRun],
+        data_converter=pydantic_data_converter,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    broken = await ungated.replay_workflow(history, raise_on_replay_failure=False)
+    assert broken.replay_failure is not None
+
+
+async def test_a_new_run_takes_the_new_decision_and_records_the_patch(client: Client, tmp_path: Path) -> None:
+    responses = [
+        tool_call("b0", "bash", command="bash -c 'git push'"),  # denied by both rules: no marker yet
+        tool_call("b1", "bash", command=FED),
+        final("denied twice"),
+    ]
+    config = scripted_config(tmp_path, responses, permissions=PERMISSIONS)
+    sink = RecordingSink()
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        handle = await start(client, queue, workspace(tmp_path))
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result.status == "completed" and result.text == "denied twice"
+    events = [r.event for r in sink.exports[-1].open().source_run().events]
+    assert [e.id for e in events if isinstance(e, PermissionDeniedEvent)] == ["b0", "b1"]
+    assert not [e for e in events if isinstance(e, ConfirmationRequiredEvent)]
+    assert markers(history) == 1
+    replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert replay.replay_failure is None, replay.replay_failure
+
+
+async def test_a_run_whose_decisions_did_not_change_records_no_marker(client: Client, tmp_path: Path) -> None:
+    responses = [tool_call("b0", "bash", command="bash -c 'git push'"), final("denied")]
+    config = scripted_config(tmp_path, responses, permissions=PERMISSIONS)
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(client, queue, workspace(tmp_path))
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result.status == "completed" and markers(history) == 0

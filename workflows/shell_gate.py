@@ -1,0 +1,37 @@
+"""The permission decision for a tool call, taken in workflow code, stable across replays.
+
+Issue 22 changed how a ``bash`` line is judged: a line that hides what it runs (a
+shell reading stdin, ``$G push``, ``eval $x``, …) no longer passes a broad allow
+while a deny rule could match it, scripts fed to a shell are read for the deny
+rules, and a ``:*`` rule allows plain variables after its words. A run recorded
+before took the old decision, and its replay must take it again: the new decision
+is used only under the ``shell-judge-unseen`` patch. The patch is asked for only
+when the two decisions differ, so a history whose lines decide alike (all of them
+so far) carries no marker and replays on either code.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from durable_agent.core.permissions import Decision, PermissionPolicy
+
+PATCH_SHELL_UNSEEN = "shell-judge-unseen"
+
+
+def decide_call(policy: PermissionPolicy, tool: str, target: str | None) -> Decision:
+    """``policy.decide(tool, target)``, or its legacy decision for a run recorded before the patch.
+
+    Args:
+        policy: the run's permission rules.
+        tool: the tool called.
+        target: what the call touches (for ``bash``, the line).
+
+    Returns:
+        The decision this run takes, the same on every replay.
+    """
+    decision, legacy = policy.decide_both(tool, target)
+    if decision == legacy or workflow.patched(PATCH_SHELL_UNSEEN):
+        return decision
+    return legacy
