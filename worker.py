@@ -26,6 +26,7 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools.sandbox import sandbox_problem
 from durable_agent.client import connect, ensure_search_attributes, exit_process, task_queue
 from durable_agent.config import AgentConfig, ConfigError, load_config
+from durable_agent.core.errors import DurableAgentError
 from durable_agent.plugin import HEARTBEAT_THROTTLE, STICKY_TIMEOUT
 from durable_agent.telemetry import approvals_waiting_reporter, metrics_runtime, shutdown_tracing
 from durable_agent.workflows import AgentRun
@@ -42,8 +43,20 @@ def build_worker(
 ) -> Worker:
     """A worker for ``AgentRun`` and its activities on ``queue``.
 
-    ``graceful_shutdown`` is how long a stopping worker lets the activities in
-    flight finish before it cancels them (Temporal then retries them elsewhere).
+    It does not open the store's or the sinks' connections: ``await activities.connect()``
+    before running it to fail at the start rather than at a run's first step.
+
+    Args:
+        client: A client from ``connect`` (the agent's data converter).
+        activities: The worker's ``AgentActivities``.
+        queue: The task queue; default ``AGENT_TASK_QUEUE``, else ``agent``.
+        graceful_shutdown: How long a stopping worker lets the activities in flight finish
+            before it cancels them (Temporal then retries them elsewhere); default: none.
+
+    Returns:
+        A ``Worker`` for ``AgentRun`` and its activities, with the heartbeat throttle
+            (0.5 s) and sticky-queue timeout (2 s) a quick takeover relies on, running
+            workflow code outside Temporal's sandbox.
     """
     return Worker(
         client,
@@ -67,7 +80,7 @@ def worker_for_config(client: Client, config: AgentConfig, queue: str | None = N
     return build_worker(client, AgentActivities(config), queue)
 
 
-class StorageUnusable(Exception):
+class StorageUnusable(DurableAgentError):
     """The store or a sink cannot be used: refused for good, or not reachable in time."""
 
 

@@ -4,14 +4,16 @@
 the activities, each in a module named for what it does:
 
 - ``planner`` (``activities/plan.py``): ``agent.resolve_run``;
-- ``model_calls`` (``activities/model_call.py``): the model step;
+- ``model_calls`` (``activities/model_call.py``): ``agent.model_call``, the model step;
 - ``compactions`` (``activities/compaction.py``): ``agent.compact``, a summary of older turns;
 - ``tool_calls`` (``activities/tool_call.py``): ``agent.tool_call``;
-- ``run_logs`` (``activities/run_log.py``): ``agent.open_run``, ``agent.read_resume``
-  and the current save, export and finish steps;
-- ``legacy`` (``activities/legacy.py``): the activities that also take inputs from
-  before linear history (``agent.model_call``, ``agent.save_checkpoint``,
-  ``agent.export_checkpoint``, ``agent.finish_run``) and ``agent.load_session``.
+- ``run_logs`` (``activities/run_log.py``): ``agent.open_run``, ``agent.read_resume``,
+  ``agent.checkpoint``, ``agent.save_checkpoint``, ``agent.export_checkpoint`` and
+  ``agent.finish_run``;
+- ``legacy`` (``activities/legacy.py``): ``agent.load_session``, for runs started before
+  linear history. (``agent.model_call``, ``agent.save_checkpoint``,
+  ``agent.export_checkpoint`` and ``agent.finish_run`` also take the inputs of that time,
+  each in its live method; that module lists them.)
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from durable_agent.activities.compaction import Compactions
-from durable_agent.activities.legacy import LegacyInputs
+from durable_agent.activities.legacy import LegacySessions
 from durable_agent.activities.mcp.catalog import McpCatalog
 from durable_agent.activities.model_call import ModelCalls
 from durable_agent.activities.plan import RunPlanner
@@ -70,7 +72,26 @@ def build_sink(name: str, config: SinkConfig) -> ExportSink:
 
 
 class AgentActivities:
-    """Holds what a worker's activities use. Pass your own parts to embed or test."""
+    """Holds what a worker's activities use. Pass your own parts to embed or test.
+
+    Args:
+        config: The worker's config (``load_config()``).
+        providers: The model providers by name; default: built from ``[providers.*]``
+            (reading their credentials from the environment now).
+        tools: The tools by name; default: the built-in ones, with ``[sandbox]``'s settings.
+            The ``[mcp.*]`` servers' tools are added to it once listed.
+        store: The session store; default: ``[store]``'s (a PostgreSQL one reads its DSN from
+            the environment now).
+        sinks: The export sinks by name; default: ``[sinks.*]``'s.
+        tracer_provider: The OpenTelemetry tracer provider for the activities' spans;
+            default: the global one.
+
+    Raises:
+        ConfigError: A variable the config names is unset: a provider's credential (or it
+            holds what an HTTP header cannot carry), the store's or a sink's DSN, or an
+            ``[mcp.*]`` server's ``env`` or ``headers`` variable; or a scripted provider's
+            file is missing or invalid. Only for the parts built here, not those passed in.
+    """
 
     def __init__(
         self,
@@ -113,25 +134,38 @@ class AgentActivities:
         )
         self.tool_calls = ToolCalls(self.tools, self.store, self.redact, self.telemetry)
         self.run_logs = RunLogs(self.store, self.states, self.sinks, self.telemetry)
-        self.legacy = LegacyInputs(self.model_calls, self.run_logs)
+        self.legacy = LegacySessions(self.store)
         self.compactions = Compactions(self.model_calls)
         # every activity, as registered with Temporal
         self.resolve_run = self.planner.resolve_run
         self.read_resume = self.run_logs.read_resume
         self.open_run = self.run_logs.open_run
-        self.model_call = self.legacy.model_call
+        self.model_call = self.model_calls.model_call
         self.compact = self.compactions.compact
         self.tool_call = self.tool_calls.tool_call
-        self.save_checkpoint = self.legacy.save_checkpoint
-        self.export_checkpoint = self.legacy.export_checkpoint
+        self.save_checkpoint = self.run_logs.save_checkpoint
+        self.export_checkpoint = self.run_logs.export_checkpoint
         self.checkpoint = self.run_logs.checkpoint
-        self.finish_run = self.legacy.finish_run
+        self.finish_run = self.run_logs.finish_run
         self.load_session = self.legacy.load_session
         self.request_cancel = request_cancel
 
     async def connect(self) -> None:
         """Open the store's and the sinks' connections now (a worker's start), where they have
-        any: bad credentials or a missing database fail here, not at a run's first step."""
+        any: bad credentials or a missing database fail here, not at a run's first step. Then
+        list the ``[mcp.*]`` servers' tools: a server that is down is logged and tried again
+        later, never raised.
+
+        Raises:
+            PostgresConnectError: The database refused the worker for good (credentials,
+                privileges, no such database, a standby that takes no writes, a DSN that
+                cannot be used); the message says why.
+            SchemaTooNew: A newer worker migrated the database further.
+            OSError: The database is not reachable (yet), or did not answer in time
+                (``TimeoutError``).
+            asyncpg.PostgresError: The server refused otherwise (still starting, too many
+                connections, …).
+        """
         for part in (self.store, *self.sinks.values()):
             connect = getattr(part, "connect", None)
             if connect is not None:
@@ -140,14 +174,23 @@ class AgentActivities:
         await self.mcp.refresh()
 
     async def aclose(self) -> None:
-        """Release what the parts hold (the HTTP providers' connection pools, the database's)."""
+        """Release what the parts hold (the HTTP providers' connection pools, the database's)
+        and stop the ``[mcp.*]`` servers.
+
+        Call it once the worker has stopped: the activities are not meant to run after it
+        (the MCP servers stay closed, their tools unavailable).
+        """
         for part in (*self.providers.values(), self.store, *self.sinks.values(), self.mcp):
             close = getattr(part, "aclose", None)
             if close is not None:
                 await close()
 
     def all(self) -> list[Callable[..., Any]]:
-        """Every activity, for ``Worker(activities=...)``."""
+        """Every activity, for ``Worker(activities=...)``.
+
+        Returns:
+            Every activity method, each registered under its ``agent.*`` name.
+        """
         return [
             self.resolve_run,
             self.read_resume,

@@ -32,6 +32,7 @@ from durable_agent.core.context import (
     known_window,
     model_messages,
 )
+from durable_agent.core.failures import EMPTY_SUMMARY
 from durable_agent.core.models import ContextView, Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 # Each tool output shows at most this many characters to the summarizer.
@@ -186,6 +187,6 @@ class Compactions:
             )
             if not text:
                 raise ApplicationError(
-                    f"model {inp.model} wrote an empty summary", type="EmptySummary", non_retryable=True
+                    f"model {inp.model} wrote an empty summary", type=EMPTY_SUMMARY, non_retryable=True
                 )
         return CompactOutput(summary=cut_to(text, inp.max_summary_tokens), usage=response.usage)

@@ -1,97 +1,50 @@
-"""Every input of the time before linear history, in one place.
+"""The activities' side of the time before linear history: ``agent.load_session``, and where
+the inputs of that time are read.
 
-Workers before linear history (version 0.1.0 of the workflow) scheduled other
-shapes under the same activity names: a whole conversation to the model
-(``ModelCallInput``), a whole checkpoint to save, an export built in the
-workflow, a run's whole record to keep, and ``agent.load_session``. During a
-rolling deploy a new worker may take a task an old one queued, and a run
-started then may still replay. The four activities whose names took other
-shapes are registered here: each reads the legacy shape itself and hands the
-current one to its part (``ModelCalls``, ``RunLogs``), whose paths read one
-shape only.
+Workers before linear history (the first format of 0.1) scheduled other shapes under the
+same activity names: a whole conversation to the model (``ModelCallInput``), a whole
+checkpoint to save, an export built in the workflow, a run's whole record to keep
+(``durable_agent.core.legacy``), and ``agent.load_session``. During a rolling deploy a new
+worker may take a task an old one queued. Each activity is registered on its live method,
+which takes the legacy shape too and hands it, in its first lines, to the legacy adapter
+beside it:
 
-Delete this module (with ``durable_agent/core/legacy.py`` and
-``LOAD_SESSION``) once no worker from before linear history can still have
-activity tasks queued and no run started before it can still be running or
-replayed: when ``tests/histories/agent_run_v1.json``,
-``agent_run_approval_v1.json`` and ``agent_run_continued_v1*.json`` are
-dropped. Then put each ``@activity.defn`` below on the method it calls
-(``ModelCalls.model_call``, ``RunLogs.save_checkpoint``, ``export_checkpoint``,
-``finish_run``) and register those in ``AgentActivities.all()``.
+- ``agent.model_call``: ``ModelCalls.model_call``; a ``ModelCallInput`` goes to
+  ``ModelCalls.answer`` (``activities/model_call.py``);
+- ``agent.save_checkpoint``: ``RunLogs.save_checkpoint``; a ``LegacySaveCheckpointInput``
+  writes nothing (``activities/run_log.py``, as the next two);
+- ``agent.export_checkpoint``: ``RunLogs.export_checkpoint``; a ``LegacyExportInput`` is
+  checked, then delivered as it is;
+- ``agent.finish_run``: ``RunLogs.finish_run``; a ``LegacyFinishRunInput`` goes to
+  ``RunLogs.keep_record``.
+
+``agent.load_session`` has no live method: only the workflow's branch for runs started before
+linear history (``workflows/legacy.py``) schedules it, so it is registered here.
+
+All of it goes in 0.3 (the ledger, ``workflows/patches.py``, and the docs' "Supporting runs
+started on older releases"), once no worker from before linear history can still have activity
+tasks queued and no run started before it can still be running or replayed: when
+``tests/histories/agent_run_v1.json``, ``agent_run_approval_v1.json`` and
+``agent_run_continued_v1*.json`` are dropped. Then delete this module (with
+``durable_agent/core/legacy.py`` and ``LOAD_SESSION``), narrow each method above to its current
+input (and ``agent.export_checkpoint``'s result to ``ExportDescriptor``), and drop its legacy
+lines, each marked ``# legacy: goes in 0.3``.
 """
 
 from __future__ import annotations
 
 from temporalio import activity
 
-from durable_agent.activities.model_call import ModelCalls
-from durable_agent.activities.run_log import RunLogs
+from durable_agent.activities.store.base import SessionStore
 from durable_agent.activities.support import heartbeating
-from durable_agent.core.activity_api import (
-    EXPORT_CHECKPOINT,
-    FINISH_RUN,
-    LOAD_SESSION,
-    MODEL_CALL,
-    SAVE_CHECKPOINT,
-    ExportInput,
-    FinishRunInput,
-    LoadSessionInput,
-    ModelCallInput,
-    ModelStepInput,
-    SaveCheckpointInput,
-    SessionRuns,
-)
-from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
-from durable_agent.core.legacy import LegacyExportInput, LegacyFinishRunInput, LegacySaveCheckpointInput
-from durable_agent.core.models import ModelResponse
+from durable_agent.core.activity_api import LOAD_SESSION, LoadSessionInput, SessionRuns
 
 
-class LegacyInputs:
-    """The activities that also take inputs from before linear history."""
+class LegacySessions:
+    """``agent.load_session``: a session's ended runs, as runs before linear history read them."""
 
-    def __init__(self, models: ModelCalls, run_logs: RunLogs) -> None:
-        self.models = models
-        self.run_logs = run_logs
-
-    @activity.defn(name=MODEL_CALL.name)
-    async def model_call(self, inp: ModelStepInput | ModelCallInput) -> ModelResponse:
-        """Ask the model for its next step, on the conversation in the run's log (or, from a
-        worker before linear history, on the conversation given)."""
-        if isinstance(inp, ModelCallInput):
-            return await self.models.answer(inp)
-        return await self.models.model_call(inp)
-
-    @activity.defn(name=SAVE_CHECKPOINT.name)
-    async def save_checkpoint(self, inp: SaveCheckpointInput | LegacySaveCheckpointInput) -> None:
-        """Append entries to the run's logical checkpoint in the session store, durably."""
-        if isinstance(inp, LegacySaveCheckpointInput):
-            # a whole checkpoint, from a worker before linear history: the workflow, on this
-            # code now, finds its log missing when it next reads it and sends it again
-            return
-        await self.run_logs.save_checkpoint(inp)
-
-    @activity.defn(name=EXPORT_CHECKPOINT.name)
-    async def export_checkpoint(self, inp: ExportInput | LegacyExportInput) -> ExportDescriptor | None:
-        """Build the boundary's export from the run's log and hand it to the sink; return only
-        once the sink holds it. (``None`` is in the result type for results recorded before
-        linear history; this worker never returns it.)"""
-        if isinstance(inp, LegacyExportInput):  # built by a workflow before linear history
-            legacy = inp
-
-            async def validated() -> SessionCheckpointExportV1:
-                legacy.export.open()
-                return legacy.export
-
-            return await self.run_logs.deliver(inp.sink, validated)
-        return await self.run_logs.export_checkpoint(inp)
-
-    @activity.defn(name=FINISH_RUN.name)
-    async def finish_run(self, inp: FinishRunInput | LegacyFinishRunInput) -> None:
-        """Keep the ended run's record in its session, then drop its log."""
-        if isinstance(inp, LegacyFinishRunInput):  # the whole record, from an older worker
-            await self.run_logs.keep_record(inp.record)
-            return
-        await self.run_logs.finish_run(inp)
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
 
     @activity.defn(name=LOAD_SESSION.name)
     async def load_session(self, inp: LoadSessionInput) -> SessionRuns:
@@ -99,5 +52,5 @@ class LegacyInputs:
 
         Called by runs recorded before ``agent.open_run`` existed; kept for them.
         """
-        records = await heartbeating(self.run_logs.store.load_run_records(inp.session_id))
+        records = await heartbeating(self.store.load_run_records(inp.session_id))
         return SessionRuns(records=tuple(r for r in records if r.snapshot.id != inp.run_id))

@@ -1,9 +1,9 @@
 """The model step: the conversation read from the run's log, one provider call, and the
 answer checked, redacted, bounded and staged.
 
-``agent.model_call`` is registered by ``activities/legacy.py``, which also takes the
-whole-conversation input of workers before linear history; ``ModelCalls.model_call``
-is the path every current run takes.
+``ModelCalls.model_call`` is ``agent.model_call``. It also takes the whole-conversation input
+(``ModelCallInput``) that workers before linear history queued, and hands it to the legacy
+adapter beside it, ``answer`` (``activities/legacy.py`` lists the legacy inputs and when they go).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from durable_agent.activities.staging import filled_images, stage
 from durable_agent.activities.store.base import SessionStore
 from durable_agent.activities.store.cache import RunStates
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
-from durable_agent.core.activity_api import CONTEXT_OVERFLOW, ModelCallInput, ModelStepInput
+from durable_agent.core.activity_api import MODEL_CALL, ModelCallInput, ModelStepInput
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.context import last_view, model_messages
+from durable_agent.core.failures import CONTEXT_OVERFLOW, MODEL_ANSWER_TOO_LARGE, PROVIDER_ERROR
 from durable_agent.core.images import without_images
 from durable_agent.core.json_limits import TOOL_ARGUMENTS_MAX_DEPTH, JsonLimitError, check_value
 from durable_agent.core.models import (
@@ -46,7 +47,6 @@ MODEL_ANSWER_MAX_BYTES = 960 * 1024
 # A streaming answer's heartbeats carry at most this much of its text: followers show the rest
 # from the step's durable ``text_delta`` event.
 LIVE_TEXT_MAX_CHARS = 256 * 1024
-MODEL_ANSWER_TOO_LARGE = "ModelAnswerTooLarge"
 
 
 def provider_failure(exc: ProviderError, redact: Redactor) -> ApplicationError:
@@ -55,7 +55,7 @@ def provider_failure(exc: ProviderError, redact: Redactor) -> ApplicationError:
         return ApplicationError(redact(str(exc)), type=CONTEXT_OVERFLOW, non_retryable=True)
     return ApplicationError(
         redact(str(exc)),
-        type="ProviderError",
+        type=PROVIDER_ERROR,
         non_retryable=not exc.retryable,
         next_retry_delay=exc.retry_after,
     )
@@ -114,8 +114,13 @@ class ModelCalls:
         self.telemetry = telemetry or ActivityTelemetry()
         self.mcp = mcp
 
-    async def model_call(self, inp: ModelStepInput) -> ModelResponse:
-        """Ask the model for its next step, on the conversation in the run's log."""
+    @activity.defn(name=MODEL_CALL.name)
+    async def model_call(self, inp: ModelStepInput | ModelCallInput) -> ModelResponse:
+        """``agent.model_call``: ask the model for its next step, on the conversation in the
+        run's log. (A ``ModelCallInput``, queued by a worker before linear history, goes to
+        ``answer``.)"""
+        if isinstance(inp, ModelCallInput):  # legacy: goes in 0.3
+            return await self.answer(inp)
         provider, model = self._provider(inp.model)
         call = await self._conversation(inp)
         session = (await self.states.header(inp.run_id)).session_id  # cached by the conversation's read
@@ -127,7 +132,8 @@ class ModelCalls:
         return response.model_copy(update={"unavailable": tuple(gaps)})
 
     async def answer(self, call: ModelCallInput) -> ModelResponse:
-        """Ask the model for its next step, on the conversation given whole."""
+        """Ask the model for its next step, on the conversation given whole: the legacy adapter
+        of ``agent.model_call``, for a task a worker before linear history queued."""
         provider, model = self._provider(call.model)
         return await self._answer(provider, model, call)
 
@@ -219,7 +225,7 @@ class ModelCalls:
                 raise ApplicationError(
                     f"model {call.model}: the model's arguments for tool {use.name!r} are refused "
                     f"(not retried): {exc}",
-                    type="ProviderError",
+                    type=PROVIDER_ERROR,
                     non_retryable=True,
                 ) from None
         if self.redact:

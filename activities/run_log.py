@@ -1,9 +1,10 @@
 """The run's log in the session store, and its exports handed to sinks: ``agent.open_run``,
-``agent.read_resume`` and the current shapes of the save, export and finish steps.
+``agent.read_resume``, ``agent.checkpoint``, ``agent.save_checkpoint``,
+``agent.export_checkpoint`` and ``agent.finish_run``.
 
-``agent.save_checkpoint``, ``agent.export_checkpoint`` and ``agent.finish_run`` are
-registered by ``activities/legacy.py``, which also takes the inputs of workers before
-linear history; the methods here are the paths every current run takes.
+The last three also take the inputs that workers before linear history queued
+(``durable_agent.core.legacy``), each handed in its first lines to the legacy adapter beside
+it; ``activities/legacy.py`` lists the legacy inputs and when they go.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from durable_agent.activities.store.cache import RunStates
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
 from durable_agent.core.activity_api import (
     CHECKPOINT,
+    EXPORT_CHECKPOINT,
+    FINISH_RUN,
     OPEN_RUN,
     READ_RESUME,
+    SAVE_CHECKPOINT,
     CheckpointInput,
     ExportInput,
     FinishRunInput,
@@ -43,10 +47,11 @@ from durable_agent.core.export import (
     SessionCheckpointExportV1,
 )
 from durable_agent.core.export_parts import PartedExport, hash_pieces
+from durable_agent.core.failures import INVALID_LOG_ENTRY, SINK_ERROR, STATE_LOST
+from durable_agent.core.legacy import LegacyExportInput, LegacyFinishRunInput, LegacySaveCheckpointInput
 from durable_agent.core.models import TextDeltaEvent
 from durable_agent.core.run_log import (
     GENESIS,
-    STATE_LOST,
     ExportSeed,
     LogDelta,
     LogEntry,
@@ -96,8 +101,14 @@ class RunLogs:
             raise state_missing(exc) from None
         return RunOpened(prior_run_ids=prior)
 
-    async def save_checkpoint(self, inp: SaveCheckpointInput) -> None:
-        """Append entries to the run's logical checkpoint in the session store, durably."""
+    @activity.defn(name=SAVE_CHECKPOINT.name)
+    async def save_checkpoint(self, inp: SaveCheckpointInput | LegacySaveCheckpointInput) -> None:
+        """``agent.save_checkpoint``: append entries to the run's logical checkpoint in the
+        session store, durably. (A whole checkpoint, queued by a worker before linear history,
+        writes nothing: the workflow, on this code now, finds its log missing when it next
+        reads it and sends it again.)"""
+        if isinstance(inp, LegacySaveCheckpointInput):  # legacy: goes in 0.3
+            return
         try:
             if inp.header is not None:
                 await self.states.save_header(inp.header)
@@ -123,7 +134,7 @@ class RunLogs:
         if entry.delta.chained(entry.parent) != entry.digest:
             raise ApplicationError(
                 f"log entry {entry.version} of run {inp.run_id!r} does not match its digest",
-                type="InvalidLogEntry",
+                type=INVALID_LOG_ENTRY,
                 non_retryable=True,
             )
         return entry
@@ -190,8 +201,13 @@ class RunLogs:
             context=ContextLedger.seeded(logical.messages, payload.source_run().events),
         )
 
-    async def finish_run(self, inp: FinishRunInput) -> None:
-        """Keep the ended run's record in its session, then drop its log."""
+    @activity.defn(name=FINISH_RUN.name)
+    async def finish_run(self, inp: FinishRunInput | LegacyFinishRunInput) -> None:
+        """``agent.finish_run``: keep the ended run's record in its session, then drop its log.
+        (The whole record, from a worker before linear history, goes to ``keep_record``.)"""
+        if isinstance(inp, LegacyFinishRunInput):  # legacy: goes in 0.3
+            await self.keep_record(inp.record)
+            return
         try:
             header = await self.states.header(inp.log.run_id)
             run_log = await self.states.read(inp.log)
@@ -217,9 +233,25 @@ class RunLogs:
         workflow goes on in the same workflow task."""
         if inp.save is not None:
             await self.save_checkpoint(inp.save)
-        return await self.export_checkpoint(inp.export)
+        return await self.export(inp.export)
 
-    async def export_checkpoint(self, inp: ExportInput) -> ExportDescriptor:
+    @activity.defn(name=EXPORT_CHECKPOINT.name)
+    async def export_checkpoint(self, inp: ExportInput | LegacyExportInput) -> ExportDescriptor | None:
+        """``agent.export_checkpoint``, scheduled by workflows before one-task boundaries: the
+        boundary's export, as ``export``. (``None`` is in the result type for results recorded
+        before linear history; this worker never returns it. An export that a workflow before
+        linear history built is checked, then handed to the sink as it is.)"""
+        if isinstance(inp, LegacyExportInput):  # legacy: goes in 0.3
+            built = inp.export
+
+            async def checked() -> SessionCheckpointExportV1:
+                built.open()
+                return built
+
+            return await self.deliver(inp.sink, checked)
+        return await self.export(inp)
+
+    async def export(self, inp: ExportInput) -> ExportDescriptor:
         """Build the boundary's export from the run's log and hand it to the sink; return only
         once the sink holds it."""
         return await self.deliver(inp.sink, lambda: self._build_export(inp))
@@ -246,7 +278,7 @@ class RunLogs:
         try:
             export = await export_of()
         except ExportError as exc:
-            raise ApplicationError(
+            raise ApplicationError(  # typed by its class's name: one of ``EXPORT_FAILURE_TYPES``
                 f"export failed its own validation: {exc}", type=type(exc).__name__, non_retryable=True
             ) from exc
         try:
@@ -260,7 +292,7 @@ class RunLogs:
             raise ApplicationError(
                 f"sink {sink_name!r}: {exc}",
                 export.descriptor.content_digest,  # the failure names the export it could not deliver
-                type="SinkError",
+                type=SINK_ERROR,
                 non_retryable=not exc.retryable,
             ) from exc
         return export.descriptor

@@ -211,7 +211,21 @@ def newest_manifest(folder: Path, before: Path) -> dict[str, Any] | None:
 
 def read_export_file(path: Path) -> SessionCheckpointExportV1:
     """The export in a file the filesystem sink wrote (a manifest, joined with its parts) or in
-    a portable file; not yet validated (``open()`` checks every digest)."""
+    a portable file; not yet validated (``open()`` checks every digest).
+
+    Args:
+        path: A file the filesystem sink wrote (a manifest, joined with the parts in its
+            folder's ``parts/``) or a portable export file (``durable-agent pack``).
+
+    Returns:
+        The export, not yet validated: ``open()`` checks every digest.
+
+    Raises:
+        OSError: The file cannot be read (``FileNotFoundError``: it is not there).
+        EncodingError: The file is not an export; ``ManifestError``, an ``EncodingError``,
+            when a manifest does not add up, or a part it names is missing, damaged or
+            cannot be read.
+    """
     data = path.read_bytes()
     if b'"' + MANIFEST_SCHEMA.encode() + b'"' not in data[:200]:
         return whole_export(data, path.name)

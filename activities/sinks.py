@@ -17,14 +17,22 @@ from durable_agent.activities.sink_files import (
 )
 from durable_agent.activities.sink_manifest import HeaderCache
 from durable_agent.activities.store.base import legacy_name, safe_name
+from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
 from durable_agent.core.export_parts import PartedExport
 
 __all__ = ["ExportSink", "FilesystemExportSink", "PartedSink", "SinkError", "read_export_file"]
 
 
-class SinkError(Exception):
-    """A sink could not take an export. ``retryable=False`` stops retries at once."""
+class SinkError(DurableAgentError):
+    """A sink could not take an export. ``retryable=False`` stops retries at once.
+
+    Args:
+        message: Why the sink could not take the export (recorded on the run, with the
+            sink's name).
+        retryable: Whether Temporal may try the delivery again; ``False`` stops its retries
+            at once.
+    """
 
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
@@ -36,10 +44,27 @@ class ExportSink(Protocol):
 
     A sink that can also give an export back (``fetch``, as the filesystem sink
     does) lets a run that continued as new recover its state from its last
-    export when the session store has lost it.
+    export when the session store has lost it. That method is not part of the protocol;
+    the worker looks for it: ``async def fetch(self, descriptor: ExportDescriptor) ->
+    SessionCheckpointExportV1 | None``, which gives the export this sink holds for
+    ``descriptor`` (not yet validated), or ``None``.
+    ``durable_agent.conformance.check_sink`` holds a sink to this contract.
     """
 
-    async def deliver(self, export: SessionCheckpointExportV1) -> None: ...
+    async def deliver(self, export: SessionCheckpointExportV1) -> None:
+        """Hold ``export`` durably, then return.
+
+        Args:
+            export: The boundary's export, validated; its ``descriptor.content_digest``
+                names it. A digest already held is done: return without writing.
+
+        Raises:
+            SinkError: The sink cannot hold it; ``retryable=False`` stops Temporal's retries
+                at once. When the retries end, the run records the failed export and goes
+                on. Raise it for every failure: any other exception fails the delivery too
+                (and is retried), but the run cannot tell it from a failed save.
+        """
+        ...
 
 
 class PartedSink(ExportSink, Protocol):
@@ -47,7 +72,18 @@ class PartedSink(ExportSink, Protocol):
     to store only what is new since the run's last export; the worker then never
     joins the parts into one string. Same rules as ``deliver``."""
 
-    async def deliver_parts(self, export: PartedExport) -> None: ...
+    async def deliver_parts(self, export: PartedExport) -> None:
+        """Hold ``export``, given as parts, durably, then return; what the worker calls
+        instead of ``deliver`` on a sink that has it.
+
+        Args:
+            export: The export as parts (``PartedExport``): store what is new since the
+                run's last export; ``export.whole()`` gives it joined.
+
+        Raises:
+            SinkError: As ``deliver``.
+        """
+        ...
 
 
 class FilesystemExportSink:

@@ -10,11 +10,11 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_agent.core.run_log import STATE_MISSING, StateMissing
+from durable_agent.core.failures import INVALID_RUN_INPUT, STATE_MISSING
+from durable_agent.core.run_log import StateMissing
 
 T = TypeVar("T")
 
-INVALID_RUN_INPUT = "InvalidRunInput"
 LIVE_TEXT_INTERVAL_SECONDS = 0.25
 
 

@@ -42,11 +42,11 @@ from durable_agent.config import AgentConfig, load_config
 from durable_agent.core.activity_api import MODEL_CALL
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.export import SessionCheckpointExportV1
+from durable_agent.core.failures import INPUT_TOO_LARGE
 from durable_agent.core.models import EndEvent, EventRecord, LiveText
 from durable_agent.core.plan import MESSAGE_BYTES_CEILING, WORKFLOW_TASK_SECONDS
 from durable_agent.core.run_api import (
     AWAITING_PROMPT,
-    INPUT_TOO_LARGE,
     QUERY_EVENTS,
     QUERY_RESULT,
     QUERY_STATUS,
@@ -93,7 +93,19 @@ def task_queue() -> str:
 
 
 def connect_options() -> dict[str, Any]:
-    """Connection settings read as Temporal's own tools read them (env and profile)."""
+    """Connection settings read as Temporal's own tools read them (env and profile).
+
+    Returns:
+        ``Client.connect``'s keyword arguments from the ``TEMPORAL_*`` variables
+            (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_PROFILE``, …) and
+            Temporal's config file: ``target_host`` (default ``localhost:7233``) and
+            ``namespace`` (default ``default``), and ``api_key``, ``tls`` and ``rpc_metadata``
+            where they are set.
+
+    Raises:
+        RuntimeError: Temporal's config file cannot be read, or has no profile of the name
+            ``TEMPORAL_PROFILE`` gives (the SDK's ``ConfigError``, a ``RuntimeError``).
+    """
     options: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
     options.setdefault("target_host", DEFAULT_ADDRESS)
     options.setdefault("namespace", DEFAULT_NAMESPACE)
@@ -110,8 +122,29 @@ def agent_interceptors(config: AgentConfig) -> list[Interceptor]:
 async def connect(config: AgentConfig | None = None, **overrides: Any) -> Client:
     """A client for agent runs: the data converter the workflow and activities use (pydantic's,
     encrypting every payload when ``[codec]`` has keys) and the tracing interceptor when traces
-    are on. ``config``: the agent config (default: the file ``AGENT_CONFIG`` names); ``overrides``:
-    ``Client.connect``'s own arguments (``runtime``, ``plugins``, …)."""
+    are on.
+
+    Args:
+        config: The agent config; default: the file ``AGENT_CONFIG`` names (the built-in one
+            when unset). Its ``[codec]`` keys encrypt the payloads; its ``[telemetry]`` says
+            what the traces hold.
+        **overrides: ``temporalio.client.Client.connect``'s own arguments (``runtime``,
+            ``plugins``, ``tls``, …); they win over the connection settings read from the
+            environment and Temporal's config profiles (``connect_options``). A
+            ``data_converter`` or ``interceptors`` given here replaces the agent's.
+
+    Returns:
+        A connected ``Client`` with the agent's data converter and, when the ``OTEL_*``
+            variables ask for traces (or the host installed a tracer provider), Temporal's
+            tracing interceptor.
+
+    Raises:
+        ConfigError: The config file is missing or invalid, a ``[codec]`` key's variable is
+            unset or holds no usable key, or the ``OTEL_*`` variables ask for an exporter that
+            cannot be made here.
+        RuntimeError: Temporal's config file or profile cannot be read, or the service cannot
+            be reached (the SDK's "Failed client connect: …").
+    """
     config = config if config is not None else load_config()
     options = {**connect_options(), **overrides}
     target = options.pop("target_host")
@@ -121,7 +154,15 @@ async def connect(config: AgentConfig | None = None, **overrides: Any) -> Client
 
 
 async def ensure_search_attributes(client: Client) -> None:
-    """Register ``AgentSessionId`` and ``AgentRunStatus`` (Keyword) if the namespace lacks them."""
+    """Register ``AgentSessionId`` and ``AgentRunStatus`` (Keyword) if the namespace lacks them.
+
+    Args:
+        client: A client of the namespace to prepare.
+
+    Raises:
+        temporalio.service.RPCError: The namespace's search attributes cannot be listed or
+            added (no permission to, say).
+    """
     ns = client.namespace
     existing = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=ns))
     known = set(existing.custom_attributes) | set(existing.system_attributes)
@@ -173,9 +214,27 @@ async def start_run(
 ) -> WorkflowHandle[Any, AgentRunResult]:
     """Start an ``AgentRun``; the input is validated here first, so errors come back at once.
 
-    ``task_timeout`` is the workflow task timeout: how long a run whose worker died in a
-    workflow task waits before another worker takes it (the ``[timeouts]
-    workflow_task_seconds`` of the worker applies from the run's next execution on).
+    Args:
+        client: A client from ``connect`` (or one with the same data converter).
+        run: The run's input.
+        workflow_id: The workflow id; default ``agent-run-`` and 12 hex digits. It is also the
+            session id unless ``run.session_id`` is set.
+        queue: The task queue; default ``AGENT_TASK_QUEUE``, else ``agent``.
+        task_timeout: The workflow task timeout of the run's first execution (default 3 s):
+            how long a run whose worker died in a workflow task waits before another worker
+            takes it; the worker's ``[timeouts] workflow_task_seconds`` applies from the run's
+            next execution on.
+
+    Returns:
+        The handle of the started workflow; ``await handle.result()`` gives the
+            ``AgentRunResult`` (``run_result`` gives a cancelled run's too).
+
+    Raises:
+        pydantic.ValidationError: ``run`` is not a valid ``AgentRunInput``.
+        temporalio.exceptions.WorkflowAlreadyStartedError: A workflow with ``workflow_id`` is
+            running.
+        temporalio.service.RPCError: The service refused the start (an input over its 2 MB
+            payload limit, say).
     """
     run = AgentRunInput.model_validate(run.model_dump(exclude_none=True))
     title = run.prompt
@@ -206,12 +265,30 @@ async def resume_run(
 ) -> WorkflowHandle[Any, AgentRunResult]:
     """Start a new ``AgentRun`` that goes on from ``export``'s conversation.
 
-    An export passed by value is validated here first (a tampered or truncated
-    one raises) and must fit in a workflow input (2 MB). A ``Path`` names an
-    export file on the worker's machine, for exports of any size: the worker
-    validates it and puts its conversation in the session store. Either way
-    the worker refuses it where its tools or permissions differ, unless
-    ``force_resume=True``. ``fields`` are other ``AgentRunInput`` fields.
+    Either way the worker refuses the export where its tools or permissions differ from the
+    export's, unless ``force_resume=True``: the run then fails at its start
+    (``InvalidRunInput``, as does an export file the worker cannot read or validate).
+
+    Args:
+        client: A client from ``connect``.
+        export: The export to go on from: by value (validated here; it must fit in a workflow
+            input, 2 MB) or a ``Path`` to an export file on the worker's machine (any size;
+            the worker validates it and puts its conversation in the session store).
+        workflow_id: As for ``start_run``.
+        queue: As for ``start_run``.
+        **fields: Other ``AgentRunInput`` fields: ``prompt`` (a user message before the first
+            request), ``workspace``, ``session_id``, ``force_resume=True`` (resume although the
+            worker's tools or permissions differ from the export's), …
+
+    Returns:
+        The handle of the new run (a new run id; its exports form a new series).
+
+    Raises:
+        pydantic.ValidationError: An export passed by value is tampered or truncated (the
+            message names its typed export error), or ``fields`` are invalid.
+        temporalio.exceptions.WorkflowAlreadyStartedError: As for ``start_run``.
+        temporalio.service.RPCError: The service refused the start (an export by value over
+            its 2 MB payload limit, say).
     """
     source: dict[str, Any] = (
         {"resume_from_file": str(export)} if isinstance(export, Path) else {"resume_from": export}
@@ -225,7 +302,22 @@ async def run_result(client: Client, workflow_id: str) -> AgentRunResult:
 
     A cancelled run ends in Temporal's Canceled state, which carries no result: its final
     record comes from the run's ``result`` query (a worker answers it by replaying the run).
-    Other failures of the workflow (its input refused) raise ``WorkflowFailureError``.
+
+    Args:
+        client: A client from ``connect``.
+        workflow_id: The run's workflow id; its latest execution is read.
+
+    Returns:
+        The run's ``AgentRunResult`` once it has ended: completed, failed, out of budget or
+            cancelled.
+
+    Raises:
+        temporalio.client.WorkflowFailureError: The workflow ended without a result: its input
+            was refused at the start (the cause an ``ApplicationError`` of type
+            ``InvalidRunInput``, ``InputTooLarge`` or ``PayloadRefused``), it was cancelled
+            before it started, or it was terminated or timed out.
+        temporalio.service.RPCError: The workflow does not exist, or no worker answered a
+            cancelled run's ``result`` query.
     """
     handle = client.get_workflow_handle(workflow_id, result_type=AgentRunResult)
     try:
@@ -253,6 +345,18 @@ async def follow_events(
     holds the events of its current execution and the newest 64 before it:
     a follower that starts later (or lags further) starts where they start;
     the whole event log is in the run's exports.
+
+    Args:
+        handle: The run's workflow handle.
+        after: Yield the events with a sequence above this (0: from the start).
+        poll_seconds: How long to wait between two ``events`` queries.
+
+    Yields:
+        Each ``EventRecord`` in sequence order, through the run's ``end`` event.
+
+    Raises:
+        temporalio.service.RPCError: The workflow does not exist, or the service cannot be
+            reached.
     """
     async for item in _follow(handle, after, poll_seconds, live_text=False):
         if isinstance(item, EventRecord):
@@ -267,6 +371,18 @@ async def follow_run(
     A ``LiveText`` is the text so far of the model call in flight; the
     ``text_delta`` event that follows when the call completes holds the same
     text for good. A higher ``attempt`` replaces what an earlier one showed.
+
+    Args:
+        handle: The run's workflow handle.
+        after: Yield the events with a sequence above this (0: from the start).
+        poll_seconds: How long to wait between two polls.
+
+    Yields:
+        ``EventRecord``s, as ``follow_events`` does, and between them ``LiveText``: the
+            text so far of the model call in flight (read from its heartbeats).
+
+    Raises:
+        temporalio.service.RPCError: As ``follow_events``.
     """
     async for item in _follow(handle, after, poll_seconds, live_text=True):
         yield item
@@ -276,7 +392,20 @@ async def follow_turn(
     handle: WorkflowHandle[Any, Any], *, after: int = 0, poll_seconds: float = 0.2
 ) -> AsyncIterator[EventRecord | LiveText]:
     """Like ``follow_run``, and also stops once a run with follow-ups waits for its next prompt
-    (every event up to the wait given)."""
+    (every event up to the wait given).
+
+    Args:
+        handle: The run's workflow handle.
+        after: Yield the events with a sequence above this (0: from the start).
+        poll_seconds: How long to wait between two polls.
+
+    Yields:
+        As ``follow_run``; the last is the last event before the run waits for its next
+            prompt, or its ``end`` event.
+
+    Raises:
+        temporalio.service.RPCError: As ``follow_events``.
+    """
     async for item in _follow(handle, after, poll_seconds, live_text=True, until_prompt=True):
         yield item
 
@@ -301,9 +430,26 @@ def check_message_size(text: str, what: str) -> None:
 
 
 async def send_prompt(handle: WorkflowHandle[Any, Any], text: str) -> PromptAccepted:
-    """The next prompt of a run that waits for one (update ``prompt``); its turn's events follow
-    ``after_sequence``. Rejected (``WorkflowUpdateFailedError``) when the run is not waiting, or
-    the text is too large (``InputTooLarge``, refused here past ``MESSAGE_BYTES_CEILING``)."""
+    """The next prompt of a run that waits for one (update ``prompt``).
+
+    Args:
+        handle: The handle of a run started with ``follow_ups`` that waits for its next prompt.
+        text: The prompt: not blank, at most 393,216 bytes as JSON here
+            (``MESSAGE_BYTES_CEILING``); the run's own ``[limits] max_message_bytes``
+            (262,144 by default) is checked by the run.
+
+    Returns:
+        The turn's events follow its ``after_sequence`` (``follow_turn``'s ``after``).
+
+    Raises:
+        pydantic.ValidationError: ``text`` is blank.
+        temporalio.client.WorkflowUpdateFailedError: The run refused the prompt: it is not
+            waiting for one, or has ended (the cause an ``ApplicationError`` saying so); or
+            its cause is an ``ApplicationError`` of type ``InputTooLarge`` (a text over
+            ``MESSAGE_BYTES_CEILING`` is refused so here, not sent), ``HistoryLimit`` or
+            ``PayloadRefused``.
+        temporalio.service.RPCError: The workflow has closed, or does not exist.
+    """
     check_message_size(text, "prompt")
     accepted: PromptAccepted = await handle.execute_update(
         UPDATE_PROMPT, FollowUpPrompt(text=text), result_type=PromptAccepted
@@ -312,9 +458,26 @@ async def send_prompt(handle: WorkflowHandle[Any, Any], text: str) -> PromptAcce
 
 
 async def steer_run(handle: WorkflowHandle[Any, Any], text: str) -> SteerAccepted:
-    """A user message the run's model sees at its next request (update ``steer``). Rejected
-    (``WorkflowUpdateFailedError``) past the run's limits (``InputTooLarge``, ``SteerQueueFull``,
-    ``HistoryLimit``), or when the run waits for a prompt."""
+    """A user message the run's model sees at its next request (update ``steer``); the call in
+    flight goes on.
+
+    Args:
+        handle: The handle of a run that is working.
+        text: The message: not blank, at most 393,216 bytes as JSON here, as for
+            ``send_prompt``.
+
+    Returns:
+        Its ``queued``: how many messages wait for the model's next request, this one
+            included.
+
+    Raises:
+        pydantic.ValidationError: ``text`` is blank.
+        temporalio.client.WorkflowUpdateFailedError: The run refused the message: it has not
+            started yet, waits for a prompt (use ``send_prompt``) or has ended (the cause an
+            ``ApplicationError`` saying so); or its cause is an ``ApplicationError`` of type
+            ``InputTooLarge``, ``SteerQueueFull``, ``HistoryLimit`` or ``PayloadRefused``.
+        temporalio.service.RPCError: The workflow has closed, or does not exist.
+    """
     check_message_size(text, "steer")
     accepted: SteerAccepted = await handle.execute_update(
         UPDATE_STEER, SteerMessage(text=text), result_type=SteerAccepted
@@ -323,7 +486,16 @@ async def steer_run(handle: WorkflowHandle[Any, Any], text: str) -> SteerAccepte
 
 
 async def end_conversation(handle: WorkflowHandle[Any, Any]) -> None:
-    """Close a run with follow-ups (signal ``end``): it completes with its last answer."""
+    """Close a run with follow-ups (signal ``end``): it completes with its last answer.
+
+    A run that is working ends once it has answered, instead of waiting for a prompt.
+
+    Args:
+        handle: The handle of a run started with ``follow_ups``.
+
+    Raises:
+        temporalio.service.RPCError: The workflow has closed, or does not exist.
+    """
     await handle.signal(SIGNAL_END)
 
 

@@ -35,7 +35,9 @@ from temporalio.converter import DataConverter, DefaultFailureConverterWithEncod
 from temporalio.exceptions import ApplicationError
 
 from durable_agent.config import CodecConfig, ConfigError
-from durable_agent.core.run_api import PAYLOAD_REFUSED, is_inbound
+from durable_agent.core.errors import DurableAgentError
+from durable_agent.core.failures import PAYLOAD_REFUSED
+from durable_agent.core.run_api import is_inbound
 
 ENCODING = b"binary/encrypted"
 KEY_ID_METADATA = "encryption-key-id"
@@ -50,7 +52,7 @@ REASON_METADATA = "undecryptable-reason"
 DECRYPTED_METADATA = "durable-agent-decrypted-with"
 
 
-class CodecError(ValueError):
+class CodecError(DurableAgentError, ValueError):
     """A payload cannot be decrypted: its key is unknown, or it fails authentication."""
 
     def __init__(self, message: str, key_id: str | None = None) -> None:

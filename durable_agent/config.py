@@ -14,14 +14,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from durable_agent.core.errors import validation_problems
+from durable_agent.core.errors import DurableAgentError, validation_problems
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import Limits, Timeouts
 
 DATA_DIR = Path(__file__).parent / "data"
 
 
-class ConfigError(ValueError):
+class ConfigError(DurableAgentError, ValueError):
     """The config is invalid; the message says where and why."""
 
 

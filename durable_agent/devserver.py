@@ -10,13 +10,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.run_api import SA_RUN_STATUS, SA_SESSION_ID
 
 if TYPE_CHECKING:
     from temporalio.testing import WorkflowEnvironment
 
 
-class DevServerError(RuntimeError):
+class DevServerError(DurableAgentError, RuntimeError):
     pass
 
 

@@ -66,9 +66,14 @@ class DurableAgentPlugin(SimplePlugin):
     """Adds the agent's data converter, workflow, activities and interceptors to a client
     and to the workers built from it (see the module docstring).
 
-    ``config``: the agent config (default: the file ``AGENT_CONFIG`` names, or the built-in
-    one). ``activities``: the activities to register (default: built from ``config`` when the
-    first worker is configured, so a client-only use never reads provider credentials).
+    Args:
+        config: The agent config; default: the file ``AGENT_CONFIG`` names, or the built-in one.
+        activities: The activities to register; default: built from ``config`` when the first
+            worker is configured (so a client-only use never reads provider credentials).
+
+    Raises:
+        ConfigError: The config file is missing or invalid, or the ``OTEL_*`` variables ask
+            for an exporter that cannot be made here.
     """
 
     def __init__(
@@ -89,7 +94,15 @@ class DurableAgentPlugin(SimplePlugin):
 
     @property
     def agent_activities(self) -> AgentActivities:
-        """The activities every worker built with this plugin runs (made on first use)."""
+        """The activities every worker built with this plugin runs (made on first use).
+
+        Returns:
+            The ``AgentActivities`` given to the plugin, or made from its config.
+
+        Raises:
+            ConfigError: As ``AgentActivities`` (a credential or DSN variable the config names
+                is unset, …), when they are made here.
+        """
         if self._activities is None:
             self._activities = AgentActivities(self.config)
         return self._activities
@@ -119,7 +132,21 @@ class DurableAgentPlugin(SimplePlugin):
         self, config: ConnectConfig, next: Callable[[ConnectConfig], Awaitable[ServiceClient]]
     ) -> ServiceClient:
         """With ``[metrics] bind``, the client runs on a runtime that serves Prometheus metrics
-        there (the SDK's and the agent's), unless the host gave a runtime of its own."""
+        there (the SDK's and the agent's), unless the host gave a runtime of its own.
+
+        Args:
+            config: The service connection's options.
+            next: The next plugin's connect (or the SDK's).
+
+        Returns:
+            The service client; with ``[metrics] bind`` and no runtime of the host's, on a
+                runtime that serves Prometheus metrics there (one, shared by every client of
+                this plugin).
+
+        Raises:
+            ConfigError: ``[metrics] bind``'s host cannot be resolved, or the endpoint cannot
+                start there (the port is taken, say).
+        """
         bind = self.config.metrics.bind
         if bind is not None and config.runtime is None:
             if self._runtime is None:
@@ -129,7 +156,22 @@ class DurableAgentPlugin(SimplePlugin):
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """See ``SimplePlugin``; also the worker options takeover after a crash relies on,
-        where the worker was given the SDK's defaults."""
+        where the worker was given the SDK's defaults.
+
+        Args:
+            config: The worker's options as the host gave them.
+
+        Returns:
+            The options with ``AgentRun`` and the agent's activities added to the host's,
+                the tracing interceptor when traces are on and the client lacks it, the
+                modules of ``PASSED_THROUGH`` (``durable_agent`` and the libraries it builds
+                on) passed through a sandboxed workflow runner, and the heartbeat throttle
+                (0.5 s) and sticky-queue timeout (2 s) where the host left the SDK's defaults.
+
+        Raises:
+            ConfigError: As ``agent_activities``, the first time.
+            ValueError: The options hold no workflow runner.
+        """
         config = super().configure_worker(config)
         if config.get("max_heartbeat_throttle_interval") == _SDK_HEARTBEAT_THROTTLE:
             config["max_heartbeat_throttle_interval"] = HEARTBEAT_THROTTLE
@@ -139,7 +181,19 @@ class DurableAgentPlugin(SimplePlugin):
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """While a worker runs: the store's and sinks' connections open (closed after the last
-        worker of this plugin stops), and with metrics the approvals-waiting gauge kept."""
+        worker of this plugin stops), and with metrics the approvals-waiting gauge kept.
+
+        Args:
+            worker: The worker about to run.
+            next: What runs it (the next plugin's, or the SDK's).
+
+        Raises:
+            PostgresConnectError: As ``AgentActivities.connect``, which runs before the first
+                worker of this plugin polls.
+            SchemaTooNew: As ``AgentActivities.connect``.
+            OSError: As ``AgentActivities.connect``.
+            asyncpg.PostgresError: As ``AgentActivities.connect``.
+        """
         activities = self.agent_activities
         if self._workers == 0:
             await activities.connect()

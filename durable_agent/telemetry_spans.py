@@ -31,7 +31,8 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent.config import TelemetryConfig
 from durable_agent.core import metrics as m
-from durable_agent.core.activity_api import CONTEXT_OVERFLOW, ModelCallInput, ToolCallInput, ToolOutput
+from durable_agent.core.activity_api import ModelCallInput, ToolCallInput, ToolOutput
+from durable_agent.core.failures import CONTEXT_OVERFLOW
 from durable_agent.core.models import (
     Message,
     ModelResponse,

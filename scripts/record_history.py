@@ -12,6 +12,9 @@ histories): ::
     python scripts/record_history.py conversation tests/histories/agent_run_conversation_v5.json
     python scripts/record_history.py cancelled tests/histories/agent_run_cancelled_v6.json
     python scripts/record_history.py reasoning tests/histories/agent_run_reasoning_v6.json
+    python scripts/record_history.py cancel-checkpoint tests/histories/agent_run_cancel_checkpoint_v7.json
+    python scripts/record_history.py shell-unseen tests/histories/agent_run_shell_unseen_v7.json
+    python scripts/record_history.py bounded-prompt tests/histories/agent_run_bounded_prompt_v7.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -27,11 +30,22 @@ after a tool activity it stays local, stamped with the activity's completion tim
 ``*_v6``: a cancelled run ends in Temporal's Canceled state (the ``cancel-ends-canceled`` patch):
 after its end is in the store it asks for its own cancel (``agent.request_cancel``) when only
 the ``cancel`` signal stopped it.
+``*_v7``: recorded on the workflow with every patch of ``workflows/patches.py``, each exercising
+one that only some runs ask for: ``cancel-waits-for-checkpoint``, ``shell-judge-unseen`` and
+``bounded-start-prompt``. (``agent_run_reasoning_v6.json``, recorded on that workflow too,
+carries ``cancel-waits-for-checkpoint``'s marker without a cancel.) Which history carries which
+patch's marker is in the ledger, ``workflows/patches.py``.
 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the
 ``approve`` update, a denied shell line, and a write.
 ``cancelled``: the ``cancel`` signal after a boundary, while the model thinks.
+``cancel-checkpoint``: the ``cancel`` signal while the sink holds the first boundary's export
+(past the workflow task timeout): the checkpoint finishes, acknowledged, then the run stops.
+``shell-unseen``: a ``bash`` line that today's judge denies (a here-string's script is read) and
+the judge before it sent to a person (``workflows/shell_gate.py``).
+``bounded-prompt``: a start prompt over ``[limits] max_message_bytes``: the run is refused
+(``InputTooLarge``) after resolving its plan.
 ``conversation``: a run with ``follow_ups``: a second prompt after its answer, then ``end``.
 ``continued``: a run that continues as new, twice, once between two calls of
 one model step; OUT gets its first execution, OUT-last its last.
@@ -56,14 +70,25 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from temporalio.client import Client, WorkflowHandle  # noqa: E402
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle  # noqa: E402
+from temporalio.exceptions import ApplicationError  # noqa: E402
 
 from durable_agent.activities import AgentActivities  # noqa: E402
 from durable_agent.client import end_conversation, run_result, send_prompt  # noqa: E402
 from durable_agent.config import parse_config  # noqa: E402
+from durable_agent.core.failures import INPUT_TOO_LARGE  # noqa: E402
+from durable_agent.core.plan import WORKFLOW_TASK_SECONDS  # noqa: E402
 from durable_agent.core.run_api import ApprovalAnswer, ApprovalDecision, RunStatusView  # noqa: E402
 from durable_agent.devserver import start_ephemeral_server  # noqa: E402
-from tests.helpers import final, read_call, running_worker, start, status_when, tool_call  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    BlockingSink,
+    final,
+    read_call,
+    running_worker,
+    start,
+    status_when,
+    tool_call,
+)
 
 
 async def approve_when_asked(handle: WorkflowHandle[Any, Any], times: int = 1) -> None:
@@ -125,6 +150,15 @@ async def converse(handle: WorkflowHandle[Any, Any]) -> None:
     await send_prompt(handle, "now read b.txt")
     await status_when(handle, lambda s: s.status == waiting and s.turn == 2, "the second answer")
     await end_conversation(handle)
+
+
+async def cancel_during_checkpoint(handle: WorkflowHandle[Any, Any], sink: BlockingSink) -> None:
+    """The ``cancel`` signal while the sink holds turn 1's export; released past the workflow task
+    timeout, so that the cancel reaches the run while its local activity still runs."""
+    await asyncio.wait_for(sink.entered.acquire(), 15)
+    await handle.signal("cancel", "recorded cancel")
+    await asyncio.sleep(WORKFLOW_TASK_SECONDS + 1)
+    sink.release.release()
 
 
 async def cancel_after_first_export(handle: WorkflowHandle[Any, Any]) -> None:
@@ -199,6 +233,27 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "during": cancel_after_first_export,
         "status": "cancelled",
     },
+    "cancel-checkpoint": {
+        "responses": [read_call("r1", "a.txt"), final("never asked")],
+        "permissions": {"allow": ["read(*)"]},
+        "prompt": "read a.txt",
+        "sink": BlockingSink,
+        "during": cancel_during_checkpoint,
+        "status": "cancelled",
+    },
+    "shell-unseen": {
+        "responses": [tool_call("b1", "bash", command="bash <<< 'git push'"), final("denied")],
+        # the judge before read no here-string's script: it asked (``ask``); today's denies
+        "permissions": {"deny": ["bash(git push:*)"], "ask": ["bash"], "default": "deny"},
+        "prompt": "push",
+    },
+    "bounded-prompt": {
+        "responses": [final("never asked")],
+        "permissions": {"allow": ["read(*)"]},
+        "prompt": "p" * 2_000,
+        "limits": {"max_message_bytes": 1_024},
+        "status": "refused",
+    },
     "reasoning": {
         "responses": [
             {
@@ -267,18 +322,27 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> list[str]:
         },
         tmp,
     )
-    async with running_worker(client, AgentActivities(config)) as queue:
+    # a scenario's own sink (it holds exports) is handed to its ``during`` too
+    sink = scenario["sink"]() if "sink" in scenario else None
+    acts = AgentActivities(config, sinks={"local": sink} if sink is not None else None)
+    async with running_worker(client, acts) as queue:
         handle = await start(
             client, queue, ws, scenario["prompt"], session_id=f"replay-{name}", **scenario.get("input", {})
         )
         if "during" in scenario:
-            await scenario["during"](handle)
-        result = await run_result(client, handle.id)
-        assert result.status == scenario.get("status", "completed"), result
+            await scenario["during"](handle, *([sink] if sink is not None else []))
+        try:
+            result = await run_result(client, handle.id)
+            status: str = result.status
+        except WorkflowFailureError as exc:  # its input refused
+            status = "refused"
+            assert isinstance(exc.cause, ApplicationError) and exc.cause.type == INPUT_TOO_LARGE, exc
+        assert status == scenario.get("status", "completed"), status
         last = await handle.fetch_history()
         first_run = client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id)
         first = await first_run.fetch_history()
-    return [first.to_json()] + ([last.to_json()] if "limits" in scenario else [])
+    continued = "continue_as_new_events" in scenario.get("limits", {})
+    return [first.to_json()] + ([last.to_json()] if continued else [])
 
 
 async def record(name: str, out: Path) -> None:

@@ -4,7 +4,9 @@ its exports: the reasoning the model must have back survives both.
 A DeepSeek-style server (``DeepSeekReader``) refuses, with a 400, a conversation whose
 ``reasoning_content`` it gave came back missing or changed; the Anthropic server
 (``AnthropicThinking``) refuses thinking whose signature does not match its text, and a
-tool-use turn whose thinking was dropped. Each runs in the test process; the worker is a real
+tool-use turn whose thinking was dropped; the Responses API server (``ResponsesModel``)
+refuses a function call passed back without its reasoning item, or with its encrypted
+content changed. Each runs in the test process; the worker is a real
 ``python worker.py`` (``tests/test_crash_recovery.py``), killed with SIGKILL while a model
 call streams, after the run's second export. The second worker process must finish the run
 with no request refused, every boundary exported once, and a run resumed from one of the
@@ -46,6 +48,8 @@ from tests.test_crash_recovery import (
 from tests.test_http_providers import loopback_only  # noqa: F401  (the network guard, in-process)
 from tests.wire_anthropic import AnthropicThinking, Step, sent_thinking
 from tests.wire_openai_reasoning import DeepSeekReader, sent_reasoning
+from tests.wire_responses import ResponsesModel, model_turns, provider_entry
+from tests.wire_responses import Step as ResponsesStep
 from tests.wire_servers import Call, Received, Reply, WireServer
 
 KEY_ENV = "AGENT_REASONING_CRASH_KEY"
@@ -299,3 +303,46 @@ async def test_kill_9_mid_run_with_anthropic_thinking_then_a_resume_send_it_back
         first = server.requests[served]
         assert sent_thinking(first) == thinking_of(exported)  # signatures and redacted data exact
         assert all(sent_images(r) == [TINY_B64] for r in server.requests[served:])
+
+
+# --- OpenAI Responses API: encrypted reasoning items ---------------------------------------------
+
+
+def reasoning_items(request: Received) -> list[dict[str, Any]]:
+    return [i for i in request.body["input"] if i.get("type") == "reasoning"]
+
+
+async def test_kill_9_mid_run_on_the_responses_api_then_a_resume_pass_encrypted_reasoning_back(
+    client: Client, tmp_path: Path
+) -> None:
+    steps = [
+        ResponsesStep(
+            summary=[f"Step {i}: {name} is next."], calls=[Call(f"c{i}", "read", {"file_path": name})]
+        )
+        for i, name in enumerate(TEXT_FILES)
+    ]
+    model = ResponsesModel(
+        [*steps, ResponsesStep(summary=["Every file is read."], text=["All files are read."])]
+    )
+    async with WireServer(respond=slowed(model)) as server:
+        provider = provider_entry(server.base_url, KEY_ENV, reasoning=True)
+        config, workspace, sink_root = write_setup(tmp_path, provider)
+        result = await crash_mid_run(client, tmp_path, config, server)
+        assert result.text == "All files are read."
+        assert model.refused == [], model.refused
+        # each request, before and after the kill, passed every earlier turn's reasoning item back,
+        # its encrypted content as the server sealed it
+        for request in server.requests:
+            items = reasoning_items(request)
+            assert len(items) == model_turns(request.body["input"]) and all(model.verified(i) for i in items)
+
+        export = third_export(sink_root)
+        exported = read_export_file(export).open().logical_resume.messages
+        served = len(server.requests)
+        resumed = await resume_in_process(client, config, export, workspace)
+        assert resumed.status == "completed", resumed.error
+        assert resumed.text == "All files are read." and resumed.tool_calls_count == N_CALLS - 3
+        assert model.refused == []
+        sent = [(i["id"], i["encrypted_content"]) for i in reasoning_items(server.requests[served])]
+        kept = [(b.id, b.signature) for m in exported for b in m.content if isinstance(b, ThinkingBlock)]
+        assert sent == kept and kept

@@ -196,7 +196,7 @@ def test_the_readme_permission_block_does_what_it_says() -> None:
     import re
     import tomllib
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "docs" / "permissions.md").read_text()
     [block] = [b for b in re.findall(r"```toml\n(.*?)```", readme, re.DOTALL) if "edit(src/**)" in b]
     policy = PermissionPolicy.model_validate(tomllib.loads(block)["permissions"])
     assert policy.decide("read", "anything/at/all.txt") == "allow"

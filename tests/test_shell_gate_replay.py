@@ -21,7 +21,7 @@ from durable_agent.activities import AgentActivities
 from durable_agent.core.models import ConfirmationRequiredEvent, PermissionDeniedEvent
 from durable_agent.core.permissions import Decision, PermissionPolicy
 from durable_agent.workflows import AgentRun, agent_run
-from durable_agent.workflows.shell_gate import PATCH_SHELL_UNSEEN
+from durable_agent.workflows.patches import PATCH_SHELL_UNSEEN
 from tests.helpers import (
     RecordingSink,
     awaiting_approval,

@@ -7,7 +7,7 @@ continue-as-new input). Temporal fails a workflow task whose payloads pass 2 MiB
 terminates a run whose history passes its limit: an update accepted past either would wedge
 the run or lose it, after the client was told it was taken. So each is checked here, in the
 validators, against the run's ``[limits]`` (``durable_agent.core.plan.Limits``), and refused
-with a typed ``ApplicationError`` (``core.run_api``: ``InputTooLarge``, ``SteerQueueFull``,
+with a typed ``ApplicationError`` (``core.failures``: ``InputTooLarge``, ``SteerQueueFull``,
 ``HistoryLimit``) that the client sees as the update's failure; the run goes on untouched. What
 a validator accepts, the run then does: an update's reported outcome is its outcome.
 """
@@ -19,8 +19,8 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.canonical import canonical_bytes
+    from durable_agent.core.failures import HISTORY_FULL, INPUT_TOO_LARGE, QUEUE_FULL
     from durable_agent.core.plan import Limits
-    from durable_agent.core.run_api import HISTORY_FULL, INPUT_TOO_LARGE, QUEUE_FULL
 
 # Room kept in the history for what an update brings besides its text: its own events, the
 # workflow task that handles it, the model step or save that carries the text on.

@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ToolOutput,
     )
     from durable_agent.core.canonical import canonical_bytes, digest_of
+    from durable_agent.core.failures import failure_message
     from durable_agent.core.loop import LoopState
     from durable_agent.core.models import (
         ConfirmationReceivedEvent,
@@ -81,7 +82,6 @@ from durable_agent.workflows.calls import (
     Cancellation,
     RunCancelled,
     RunFailed,
-    failure_message,
     missing_state,
     now_ms,
 )

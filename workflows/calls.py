@@ -21,8 +21,9 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import ActivityDecl
+    from durable_agent.core.failures import STATE_MISSING
     from durable_agent.core.plan import Timeouts
-    from durable_agent.core.run_log import STATE_MISSING, LogRef
+    from durable_agent.core.run_log import LogRef
 
 InT = TypeVar("InT")
 OutT = TypeVar("OutT")
@@ -43,16 +44,6 @@ class RunFailed(Exception):
 
 def now_ms() -> int:
     return int(workflow.now().timestamp() * 1000)
-
-
-def failure_message(exc: BaseException) -> str:
-    """The innermost message of a Temporal failure chain: what actually went wrong."""
-    while isinstance(exc, ActivityError) and exc.cause is not None:
-        exc = exc.cause
-    # ``str()`` of a Temporal failure prefixes its type; the message alone reads better.
-    if isinstance(exc, FailureError) and exc.message:
-        return exc.message
-    return str(exc) or type(exc).__name__
 
 
 def failure_detail(exc: ActivityError) -> str | None:

@@ -18,7 +18,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.core.activity_api import COMPACT, CONTEXT_OVERFLOW, CompactInput, CompactOutput
+    from durable_agent.core.activity_api import COMPACT, CompactInput, CompactOutput
     from durable_agent.core.context import (
         OVERFLOW_TARGETS,
         ContextLedger,
@@ -27,11 +27,12 @@ with workflow.unsafe.imports_passed_through():
         next_view,
         plan_compaction,
     )
+    from durable_agent.core.failures import CONTEXT_OVERFLOW, failure_message
     from durable_agent.core.loop import LoopState
     from durable_agent.core.models import ContextCompactedEvent, ErrorEvent, TokenUsage
     from durable_agent.core.run_log import LogDelta
 
-from durable_agent.workflows.calls import CallRunner, RunFailed, failure_message, now_ms
+from durable_agent.workflows.calls import CallRunner, RunFailed, now_ms
 from durable_agent.workflows.log_keeper import LogKeeper
 from durable_agent.workflows.presence import Presence
 

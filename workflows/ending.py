@@ -20,8 +20,8 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.plan import Timeouts
 
 from durable_agent.workflows.calls import CallRunner, Cancellation
+from durable_agent.workflows.patches import PATCH_CANCELED_STATE
 
-PATCH_CANCELED_STATE = "cancel-ends-canceled"
 # How long a run waits for its own cancel request to arrive before it completes instead.
 CANCEL_REQUEST_WAIT_SECONDS = 60
 

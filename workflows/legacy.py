@@ -4,8 +4,9 @@ Their histories replay through this branch, which the ``linear-history`` patch g
 (The state side, a ``CarriedState`` carried whole, is ``durable_agent.core.legacy``.)
 
 Delete this module once no run started before linear history can be running or
-replayed: when ``tests/histories/agent_run_v1.json``, ``agent_run_approval_v1.json``
-and ``agent_run_continued_v1*.json`` are dropped. Then ``starting.py`` calls
+replayed (in 0.3: the ledger, ``workflows/patches.py``): when
+``tests/histories/agent_run_v1.json``, ``agent_run_approval_v1.json`` and
+``agent_run_continued_v1*.json`` are dropped. Then ``starting.py`` calls
 ``workflow.deprecate_patch(PATCH_LINEAR_HISTORY)`` where it calls
 ``before_linear_history()`` (runs started since hold the patch's marker), and opens
 the log unconditionally.
@@ -19,12 +20,12 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import LOAD_SESSION, LoadSessionInput
     from durable_agent.core.export import LoopCheckpoint
+    from durable_agent.core.failures import failure_message
     from durable_agent.core.loop import LoopState
     from durable_agent.core.plan import RunPlan
 
-from durable_agent.workflows.calls import CallRunner, failure_message, now_ms
-
-PATCH_LINEAR_HISTORY = "linear-history"
+from durable_agent.workflows.calls import CallRunner, now_ms
+from durable_agent.workflows.patches import PATCH_LINEAR_HISTORY
 
 
 def before_linear_history() -> bool:

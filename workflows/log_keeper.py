@@ -21,7 +21,6 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import (
         CHECKPOINT,
         EXPORT_CHECKPOINT,
-        EXPORT_FAILURE_TYPES,
         FINISH_RUN,
         OPEN_RUN,
         SAVE_CHECKPOINT,
@@ -31,36 +30,23 @@ with workflow.unsafe.imports_passed_through():
         SaveCheckpointInput,
     )
     from durable_agent.core.canonical import canonical_bytes
+    from durable_agent.core.failures import EXPORT_FAILURE_TYPES, STATE_LOST, failure_message
     from durable_agent.core.loop import LoopState
     from durable_agent.core.models import ErrorEvent
-    from durable_agent.core.run_log import STATE_LOST, LogEntry, LogRef
+    from durable_agent.core.run_log import LogEntry, LogRef
 
 from durable_agent.workflows.calls import (
     CallRunner,
     RunCancelled,
     RunFailed,
     failure_detail,
-    failure_message,
     missing_state,
     now_ms,
 )
+from durable_agent.workflows.patches import CHECKPOINT_COMPLETES_PATCH, ONE_CHECKPOINT_PATCH, SAME_BYTES_PATCH
 from durable_agent.workflows.presence import Presence
 
 T = TypeVar("T")
-
-# Since this patch a tool boundary is one local activity (``agent.checkpoint``) instead of
-# ``agent.save_checkpoint`` then ``agent.export_checkpoint``: one workflow task, not three.
-# Histories recorded before it replay the two activities.
-ONE_CHECKPOINT_PATCH = "boundary-one-local-checkpoint"
-# A cancel that comes during a boundary's checkpoint lets it finish (the export acknowledged),
-# instead of cancelling it: histories recorded before cancelled it.
-CHECKPOINT_COMPLETES_PATCH = "cancel-waits-for-checkpoint"
-
-# Since this patch a boundary whose time the history does not fix (a call that never ran: denied,
-# unknown, refused after a wait) is checkpointed by ``agent.checkpoint`` as an ordinary activity,
-# whose input the history records: a worker that dies in it leaves a retry that builds the same
-# bytes. A boundary after a tool activity stays local, stamped with the activity's own time.
-SAME_BYTES_PATCH = "boundary-checkpoint-same-bytes"
 
 # A restore sends a run's entries in batches of about this many bytes (a payload may hold 2 MB).
 RESTORE_BATCH_BYTES = 1_000_000
@@ -120,6 +106,7 @@ class LogKeeper:
         ``at_ms``: the boundary's time, when the history fixes it (the tool activity's)."""
         plan, turn = state.plan, state.turn
         state.take_entry()
+        # histories recorded before the patch save, then export, in two activities
         if workflow.patched(ONE_CHECKPOINT_PATCH):
             await self._checkpoint(state, at_ms)
             return
@@ -144,6 +131,9 @@ class LogKeeper:
         then the export. A store without the state gets it again from this history, once."""
         plan, turn = state.plan, state.turn
         self._presence.details(f"checkpoint turn {turn}")
+        # a boundary whose time the history does not fix (a call that never ran) is an ordinary
+        # activity, its input recorded: a worker that dies in it leaves a retry that builds the
+        # same bytes. After a tool activity it stays local, stamped with the activity's own time.
         local = at_ms is not None or not workflow.patched(SAME_BYTES_PATCH)
         for attempt in (1, 2):
             sent = state.head

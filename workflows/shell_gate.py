@@ -6,8 +6,8 @@ while a deny rule could match it, scripts fed to a shell are read for the deny
 rules, and a ``:*`` rule allows plain variables after its words. A run recorded
 before took the old decision, and its replay must take it again: the new decision
 is used only under the ``shell-judge-unseen`` patch. The patch is asked for only
-when the two decisions differ, so a history whose lines decide alike (all of them
-so far) carries no marker and replays on either code.
+when the two decisions differ, so a history whose lines decide alike carries no
+marker and replays on either code (``agent_run_shell_unseen_v7.json`` holds one that differs).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.permissions import Decision, PermissionPolicy
 
-PATCH_SHELL_UNSEEN = "shell-judge-unseen"
+from durable_agent.workflows.patches import PATCH_SHELL_UNSEEN
 
 
 def decide_call(policy: PermissionPolicy, tool: str, target: str | None) -> Decision:

@@ -36,29 +36,22 @@ with workflow.unsafe.imports_passed_through():
         ResumedFrom,
         binding_differences,
     )
+    from durable_agent.core.failures import INPUT_TOO_LARGE, INVALID_RUN_INPUT, failure_message
     from durable_agent.core.loop import LoopState
     from durable_agent.core.models import ErrorEvent, ToolsUnavailableEvent
     from durable_agent.core.plan import RunPlan, Timeouts
-    from durable_agent.core.run_api import (
-        INPUT_TOO_LARGE,
-        INVALID_RUN_INPUT,
-        AgentRunInput,
-        CarriedState,
-        RunInputJson,
-    )
+    from durable_agent.core.run_api import AgentRunInput, CarriedState, RunInputJson
 
 from durable_agent.workflows import legacy
 from durable_agent.workflows.admission import json_size
-from durable_agent.workflows.calls import CallRunner, Cancellation, RunFailed, failure_message, now_ms
+from durable_agent.workflows.calls import CallRunner, Cancellation, RunFailed, now_ms
 from durable_agent.workflows.log_keeper import LogKeeper
+from durable_agent.workflows.patches import BOUNDED_PROMPT_PATCH
 from durable_agent.workflows.presence import Presence
 
 # Before the plan exists the worker's timeouts are not known: the activities that make it
 # (resolve, read an export file) have fixed options, whatever timeouts they are given.
 BEFORE_PLAN = Timeouts()
-# Since this patch a new run refuses a prompt past ``[limits] max_message_bytes`` (it would pass
-# Temporal's payload limit in the run's header); runs recorded before it went on with it.
-BOUNDED_PROMPT_PATCH = "bounded-start-prompt"
 
 
 class Starter:
@@ -122,6 +115,7 @@ class Starter:
             self._check_binding(binding, plan)
         if run_input.prompt:
             size, limit = json_size(run_input.prompt), plan.limits.max_message_bytes
+            # past Temporal's payload limit in the run's header; runs recorded before went on
             if size > limit and workflow.patched(BOUNDED_PROMPT_PATCH):
                 self.refuse(
                     f"the prompt is {size} bytes as JSON, over [limits] max_message_bytes={limit}: "

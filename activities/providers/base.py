@@ -15,10 +15,11 @@ from typing import Protocol
 
 from durable_agent.config import ConfigError
 from durable_agent.core.activity_api import ModelCallInput
+from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.models import ModelResponse
 
 
-class ProviderError(Exception):
+class ProviderError(DurableAgentError):
     """A model call failed. ``retryable`` and ``retry_after`` steer Temporal's retry.
 
     ``context_overflow``: the server refused the request because it is larger

@@ -26,38 +26,128 @@ class SessionStore(Protocol):
     an entry that does not follow what is stored, and an entry written at a
     version replaces the one there and drops those after it (a run that went
     back, e.g. after a Temporal reset, overwrites its abandoned branch).
+
+    Any method may raise ``OSError`` (or the database's error) when the storage fails: the
+    activity then fails, and Temporal retries it as its retry policy allows.
+    ``durable_agent.conformance.check_store`` holds an implementation to this contract.
     """
 
-    async def save_header(self, header: RunHeader) -> None: ...
+    async def save_header(self, header: RunHeader) -> None:
+        """Keep a run's header.
 
-    async def load_header(self, run_id: str) -> RunHeader | None: ...
+        Args:
+            header: What does not change while the run runs; stored by ``header.run_id``,
+                replacing any header there.
+        """
+        ...
+
+    async def load_header(self, run_id: str) -> RunHeader | None:
+        """A run's header.
+
+        Args:
+            run_id: The run.
+
+        Returns:
+            Its header, or ``None`` when the store has none.
+        """
+        ...
 
     async def append_log(self, run_id: str, entries: Sequence[LogEntry]) -> None:
         """Store contiguous ``entries``; the first follows the stored entry before it,
-        or starts the log (version 1 on ``GENESIS``), or replaces the state outright."""
+        or starts the log (version 1 on ``GENESIS``), or replaces the state outright.
+
+        Args:
+            run_id: The run.
+            entries: Contiguous entries (none: nothing to do). The first follows the stored
+                entry before it (its ``parent`` is that entry's digest; ``GENESIS`` at
+                version 1), or is a ``delta.replace`` entry, taken at any version. An entry
+                at a version already stored replaces it, and the entries after the last one
+                given are dropped.
+
+        Raises:
+            StateMissing: The first entry does not follow what is stored (nothing is
+                stored then); its ``head`` is the newest entry the store holds (``None``:
+                none).
+        """
         ...
 
     async def read_log(self, run_id: str, after: int, upto: int) -> list[LogEntry]:
-        """Stored entries with ``after < version <= upto``, in order; missing ones are left out."""
+        """Stored entries with ``after < version <= upto``, in order; missing ones are left out.
+
+        Args:
+            run_id: The run.
+            after: The entries above this version...
+            upto: ...up to and including this one.
+
+        Returns:
+            The stored entries in that range, in version order, equal to those appended
+                (empty for a run with no log).
+        """
         ...
 
     async def log_head(self, run_id: str) -> LogRef | None:
-        """The newest stored entry of the run's log, ``None`` when it has none."""
+        """The newest stored entry of the run's log, ``None`` when it has none.
+
+        Args:
+            run_id: The run.
+
+        Returns:
+            A ``LogRef`` to the newest stored entry (its version and digest), or ``None``
+                when the run has no log.
+        """
         ...
 
     async def stage_text(self, run_id: str, digest: str, text: str) -> None:
-        """Keep a tool's output by its digest until the save that names it."""
+        """Keep a tool's output by its digest until the save that names it.
+
+        Args:
+            run_id: The run the text belongs to.
+            digest: ``sha256:`` and the hex SHA-256 of the text's UTF-8 bytes.
+            text: A tool's output, a model's message, or a tool's image (its base64 data).
+        """
         ...
 
-    async def staged_text(self, run_id: str, digest: str) -> str | None: ...
+    async def staged_text(self, run_id: str, digest: str) -> str | None:
+        """A text ``stage_text`` kept.
+
+        Args:
+            run_id: The run the text belongs to.
+            digest: The digest it was kept under.
+
+        Returns:
+            The text kept for ``run_id`` under ``digest``, or ``None``.
+        """
+        ...
 
     async def drop_run(self, run_id: str) -> None:
-        """Forget an ended run's header, log and staged outputs (its record stays)."""
+        """Forget an ended run's header, log and staged outputs (its record stays).
+
+        Args:
+            run_id: An ended run, whose record was saved.
+        """
         ...
 
-    async def save_run_record(self, record: RunRecord) -> None: ...
+    async def save_run_record(self, record: RunRecord) -> None:
+        """Keep an ended run's record with its session.
 
-    async def load_run_records(self, session_id: str) -> list[RunRecord]: ...
+        Args:
+            record: The run's record (its snapshot and events), kept under
+                ``record.snapshot.session_id`` by ``record.snapshot.id``, replacing one
+                saved before.
+        """
+        ...
+
+    async def load_run_records(self, session_id: str) -> list[RunRecord]:
+        """The ended runs of a session.
+
+        Args:
+            session_id: The session.
+
+        Returns:
+            The records saved for the session, ordered by creation time
+                (``snapshot.created_at_ms``), then run id; empty for an unknown session.
+        """
+        ...
 
 
 # Characters a key keeps as they are in a file name; every other one is escaped.

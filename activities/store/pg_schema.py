@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from durable_agent.core.errors import DurableAgentError
+
 # ``pg_advisory_xact_lock`` key: "agent" in ASCII, so other applications' locks do not collide.
 MIGRATION_LOCK: Final = 0x6167656E74
 
@@ -64,7 +66,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 
-class SchemaTooNew(RuntimeError):
+class SchemaTooNew(DurableAgentError, RuntimeError):
     """The database was migrated by a newer worker than this one."""
 
 

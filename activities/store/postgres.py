@@ -23,6 +23,7 @@ import asyncpg
 from durable_agent.activities.store.base import not_following
 from durable_agent.activities.store.pg_schema import migrate
 from durable_agent.core.canonical import canonical_bytes
+from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.export import RunRecord
 from durable_agent.core.run_log import GENESIS, LogEntry, LogRef, RunHeader
 
@@ -43,7 +44,7 @@ SINK_TABLES: Mapping[str, tuple[str, ...]] = {
 }
 
 
-class PostgresConnectError(RuntimeError):
+class PostgresConnectError(DurableAgentError, RuntimeError):
     """The database refused this worker for good (credentials, permissions, no such database,
     no writes); the message is one line, fit to print as it is."""
 

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.models import ImageBlock
 from durable_agent.core.tool_specs import ToolSpec
 
 
-class ToolFailure(Exception):
+class ToolFailure(DurableAgentError):
     """An expected failure (a missing file, a path outside the workspace): shown to the model."""
 
 
@@ -83,15 +84,6 @@ def confine(workspace: Path, path: str) -> Path:
     if candidate != root and not candidate.is_relative_to(root):
         raise ToolFailure(f"path {path!r} is outside the workspace")
     return candidate
-
-
-def is_inside(root: Path, path: Path) -> bool:
-    """Whether ``path``, links resolved, is ``root`` (itself resolved) or under it."""
-    try:
-        real = path.resolve()
-    except (OSError, RuntimeError):
-        return False
-    return real == root or real.is_relative_to(root)
 
 
 def threaded(fn: Callable[[Any, Path], str | ToolContent]) -> ToolImpl:

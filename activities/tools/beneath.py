@@ -12,6 +12,11 @@ them) before the tool reads or writes a byte.
 
 Linux's ``O_PATH`` opens a folder on the way without needing to read it; elsewhere
 the walk opens folders for reading.
+
+The searches (``glob``, ``grep``) reach many paths in one call: ``Beneath`` holds the
+workspace open for them and reaches each path as ``walk`` does, without judging it (the
+search judges what each leads to), and ``read_regular`` reads a file found in a folder the
+search holds open, never through a link.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ MAX_RETRIES: Final = 100
 _HANDLE = getattr(os, "O_PATH", os.O_RDONLY)  # a folder on the way: Linux needs no read permission
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | _NOFOLLOW  # a pipe never blocks, a tty never adopts
+# The last name of a path a search reaches: Linux opens it for its identity and kind only (no
+# device or pipe opened for reading, no read permission needed); elsewhere it is opened to read.
+_PEEK = _HANDLE | _NOFOLLOW if hasattr(os, "O_PATH") else _READ
 
 
 @dataclass
@@ -127,12 +135,88 @@ def walk(workspace: Path, path: str, *, make_folders: bool = False) -> Iterator[
         walker.close()
 
 
-class _Walker:
-    def __init__(self, workspace: Path, path: str) -> None:
+class Beneath:
+    """The workspace held open while a search reaches many paths in it.
+
+    ``reach`` opens each path as ``walk`` does (one name at a time from the workspace's
+    descriptor, no link followed by the kernel, none out of the workspace) but does not
+    judge it: a search judges what each path leads to by its own rules. Close it (or use it
+    as a context manager) when the search ends.
+    """
+
+    def __init__(self, workspace: Path) -> None:
+        self.root = workspace.resolve()
         # an absolute path may name the workspace as configured or as resolved
-        self.bases = {str(workspace.resolve()), posixpath.normpath(os.path.abspath(workspace))}
+        self.bases = {str(self.root), posixpath.normpath(os.path.abspath(workspace))}
+        self.fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> Beneath:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def reach(self, path: str) -> Iterator[Walked]:
+        """Open ``path`` (relative to the workspace, or absolute inside it) as ``walk`` does, its
+        last name for its identity and kind only where Linux allows (``O_PATH``); not judged.
+
+        Returns:
+            The ``Walked`` path, whose descriptors are closed when the block ends; ``fd`` is
+            ``None`` when the last name does not exist. Raises as ``walk`` does.
+        """
+        if "\0" in path:
+            raise ToolFailure(f"path {path!r} cannot be resolved: it holds a NUL character")
+        walker = _Walker(self.root, path, held=(self.bases, self.fd), last=_PEEK)
+        try:
+            yield walker.run(False)
+        finally:
+            walker.close()
+
+
+def read_regular(folder: int, name: str, max_bytes: int) -> bytes | int | None:
+    """The regular file ``name`` in the open ``folder``, opened without following a link: its
+    first ``max_bytes + 1`` bytes, its size when it is larger than ``max_bytes``, or ``None`` when
+    it is anything else (a link, a folder, a pipe, a device) or is gone.
+
+    What is read is what the name holds when it is opened: a search that found ``name`` in
+    ``folder`` judges the path it walked to, and no link changed since can make it another file.
+    """
+    try:
+        fd = os.open(name, _READ, dir_fd=folder)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if st.st_size > max_bytes:
+            return st.st_size
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(max_bytes + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+class _Walker:
+    def __init__(
+        self, workspace: Path, path: str, *, held: tuple[set[str], int] | None = None, last: int = _READ
+    ) -> None:
+        """``held``: the workspace's names and descriptor, held open by a ``Beneath`` (the walker
+        uses a copy of the descriptor); ``last``: how the path's last name is opened."""
+        if held is None:
+            # an absolute path may name the workspace as configured or as resolved
+            self.bases = {str(workspace.resolve()), posixpath.normpath(os.path.abspath(workspace))}
+            self.root_fd = os.open(workspace.resolve(), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        else:
+            self.bases, self.root_fd = held[0], os.dup(held[1])
         self.path = path
-        self.root_fd = os.open(workspace.resolve(), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.last_flags = last
         self.folders: list[tuple[str, int]] = []  # the folders below the root walked into
         self.last: int | None = None
 
@@ -178,8 +262,9 @@ class _Walker:
                 os.close(self.folders.pop()[1])
                 continue
             last = all(rest in ("", ".") for rest in pending)
+            flags = self.last_flags if last else _HANDLE | _NOFOLLOW
             try:
-                fd: int | None = os.open(name, _READ if last else _HANDLE | _NOFOLLOW, dir_fd=self.here())
+                fd: int | None = os.open(name, flags, dir_fd=self.here())
             except OSError as exc:
                 if exc.errno == errno.ENOENT and last:
                     return Walked(self.here(), name, None, self.relative(name))

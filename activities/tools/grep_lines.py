@@ -1,38 +1,17 @@
-"""How ``grep`` reads a file: a regular file's bytes within a bound, and the lines of its text
-that may match, found by one search over the whole file where that gives the same result.
+"""How ``grep`` finds the lines of a file's text that may match: by one search over the whole
+file where that gives the same result (the file itself is opened by ``search`` beneath the
+workspace, without following links).
 
 The bounds come from the caller (``search.grep``), which owns them.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 
 import re2
-
-
-def load(name: str, dir_fd: int | None, max_bytes: int) -> bytes | int | None:
-    """A regular file's bytes; its size when over ``max_bytes``; None for anything else.
-
-    Checked before opening: opening a device may itself do something, and
-    reading a pipe would block for ever.
-    """
-    try:
-        st = os.stat(name, dir_fd=dir_fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        if st.st_size > max_bytes:
-            return st.st_size
-        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK, dir_fd=dir_fd)
-        with os.fdopen(fd, "rb") as f:
-            return f.read(max_bytes + 1)
-    except OSError:
-        return None
-
 
 # A pattern that can tell a line's start from the text's (``\A``, ``\z``, or ``m`` turned off)
 # would match differently in the whole text than in a line: such patterns go line by line.

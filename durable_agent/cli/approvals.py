@@ -10,6 +10,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from durable_agent.client import connect
+from durable_agent.core.failures import failure_message
 from durable_agent.core.run_api import (
     AWAITING_APPROVAL,
     QUERY_STATUS,
@@ -77,8 +78,7 @@ async def decide(args: argparse.Namespace) -> int:
     try:
         answer = await handle.execute_update(UPDATE_APPROVE, decision, result_type=ApprovalAnswer)
     except WorkflowUpdateFailedError as exc:
-        cause = exc.cause
-        print(f"durable-agent: {args.command}: {getattr(cause, 'message', None) or cause}")
+        print(f"durable-agent: {args.command}: {failure_message(exc)}")
         return 1
     verb = "approved" if answer.approved else "denied"
     bound = f" (step {request.step}, arguments {request.arguments_digest})" if request else ""

@@ -28,7 +28,6 @@ from durable_agent.cli.common import (
     budget_options,
     build_run_input,
     err,
-    failure_text,
     follow_and_report,
     policy_arg,
     workspace_arg,
@@ -48,6 +47,7 @@ from durable_agent.client import task_queue as default_task_queue
 from durable_agent.codec import ENCODING, CodecError
 from durable_agent.config import ConfigError
 from durable_agent.core.errors import validation_message
+from durable_agent.core.failures import failure_message
 from durable_agent.core.models import EventRecord
 from durable_agent.core.run_api import (
     QUERY_EVENTS,
@@ -183,7 +183,7 @@ async def _result(args: argparse.Namespace) -> int:
     try:
         result = await run_result(await connect(), args.workflow_id)
     except WorkflowFailureError as exc:
-        err(f"workflow {args.workflow_id} failed: {failure_text(exc)}")
+        err(f"workflow {args.workflow_id} failed: {failure_message(exc)}")
         return 1
     print(result.model_dump_json(indent=2))
     return 0 if result.status == "completed" else 1

@@ -14,6 +14,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from durable_agent.cli.render import EventPrinter, print_result
 from durable_agent.client import follow_run, run_result
+from durable_agent.core.failures import failure_message
 from durable_agent.core.run_api import AgentRunInput, AgentRunResult
 
 
@@ -25,13 +26,6 @@ def err(message: str) -> None:
 def build_run_input(fields: dict[str, Any]) -> AgentRunInput:
     """An ``AgentRunInput`` from the fields given (``None`` means "use the worker's default")."""
     return AgentRunInput.model_validate({k: v for k, v in fields.items() if v is not None})
-
-
-def failure_text(exc: WorkflowFailureError) -> str:
-    """Why a workflow failed, without the type prefix ``str()`` of a Temporal failure adds."""
-    # str() of a Temporal failure prefixes its type, which the message often names already.
-    cause = exc.cause
-    return str(getattr(cause, "message", "") or cause or exc)
 
 
 async def follow_and_report(
@@ -46,7 +40,7 @@ async def follow_and_report(
         result = await run_result(client, handle.id)
     except WorkflowFailureError as exc:
         # The run was refused (bad input or config): the cause holds the reason.
-        err(f"workflow {handle.id} failed: {failure_text(exc)}")
+        err(f"workflow {handle.id} failed: {failure_message(exc)}")
         return None
     print_result(result)
     return result

@@ -16,7 +16,6 @@ from durable_agent.cli.common import (
     budget_options,
     build_run_input,
     err,
-    failure_text,
     policy_arg,
     workspace_arg,
 )
@@ -32,15 +31,11 @@ from durable_agent.client import (
 )
 from durable_agent.client import task_queue as default_task_queue
 from durable_agent.core.errors import validation_message
+from durable_agent.core.failures import failure_message
 from durable_agent.core.models import EndEvent, EventRecord
 from durable_agent.core.run_api import AWAITING_PROMPT, QUERY_STATUS, AgentRunResult, RunStatusView
 
 Network = Callable[[Callable[[argparse.Namespace], Coroutine[Any, Any, int]]], Callable[..., int]]
-
-
-def update_failure(exc: WorkflowUpdateFailedError) -> str:
-    cause = exc.cause
-    return str(getattr(cause, "message", "") or cause or exc)
 
 
 async def _chat(args: argparse.Namespace) -> int:
@@ -95,13 +90,13 @@ async def _chat(args: argparse.Namespace) -> int:
         try:
             accepted = await send_prompt(handle, line)
         except WorkflowUpdateFailedError as exc:
-            err(f"chat: prompt refused: {update_failure(exc)}")
+            err(f"chat: prompt refused: {failure_message(exc)}")
             continue
         after = max(after, accepted.after_sequence)
     try:
         result = await run_result(client, handle.id)
     except WorkflowFailureError as exc:
-        err(f"workflow {handle.id} failed: {failure_text(exc)}")
+        err(f"workflow {handle.id} failed: {failure_message(exc)}")
         return 1
     print_result(result)
     return 0 if result.status == "completed" else 1
@@ -123,7 +118,7 @@ async def _prompt(args: argparse.Namespace) -> int:
     try:
         accepted = await send_prompt(handle, args.text)
     except WorkflowUpdateFailedError as exc:
-        err(f"prompt: refused: {update_failure(exc)}")
+        err(f"prompt: refused: {failure_message(exc)}")
         return 1
     print(f"prompt sent to {args.workflow_id}; its events follow sequence {accepted.after_sequence}")
     return 0
@@ -134,7 +129,7 @@ async def _steer(args: argparse.Namespace) -> int:
     try:
         accepted = await steer_run(handle, args.text)
     except WorkflowUpdateFailedError as exc:
-        err(f"steer: refused: {update_failure(exc)}")
+        err(f"steer: refused: {failure_message(exc)}")
         return 1
     print(
         f"steer sent to {args.workflow_id}: the model sees it at its next request ({accepted.queued} waiting)"

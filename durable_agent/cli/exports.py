@@ -16,12 +16,13 @@ from typing import Any
 
 from durable_agent.cli.common import err
 from durable_agent.config import ConfigError, FilesystemSinkConfig, PostgresSinkConfig, load_config
+from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
 
 PG_PREFIX = "pg:"
 
 
-class ExportRefError(ValueError):
+class ExportRefError(DurableAgentError, ValueError):
     """The reference names no export this command can read."""
 
 

@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
+from durable_agent.core.errors import DurableAgentError
+
 S = TypeVar("S")
 
 #: A check: an async function given a fresh store or sink that returns normally when the
@@ -21,7 +23,7 @@ class CheckSkipped(Exception):
     """The check does not apply to this implementation (a sink without ``fetch``)."""
 
 
-class ConformanceError(AssertionError):
+class ConformanceError(DurableAgentError, AssertionError):
     """One or more checks failed; ``failures`` maps each failed check's name to its error."""
 
     def __init__(self, subject: str, failures: Mapping[str, BaseException]) -> None:

@@ -188,7 +188,20 @@ async def check_sink(
     """Run every check in ``SINK_CHECKS`` on a fresh sink each, and ``check_failing_sink`` on
     one from ``make_failing_sink`` when given; return the names of the checks skipped.
 
-    Raises ``ConformanceError`` (an ``AssertionError``) naming each failed check.
+    Args:
+        make_sink: Gives a fresh, empty sink, one per check: a plain callable, or one whose
+            result is awaited (an async function).
+        make_failing_sink: Gives a sink that cannot hold an export (an unwritable folder, a
+            closed bucket): its ``deliver`` must raise ``SinkError``. Not given: that check
+            is not run.
+
+    Returns:
+        The names of the checks skipped: the ``fetch`` checks for a sink without
+            ``fetch``, the parts check for a sink without ``deliver_parts``.
+
+    Raises:
+        ConformanceError: Naming each check that failed (an ``AssertionError``); every check
+            runs first.
     """
     checks = dict(SINK_CHECKS)
     if make_failing_sink is not None:

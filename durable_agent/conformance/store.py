@@ -340,7 +340,13 @@ STORE_CHECKS: dict[str, Check[SessionStore]] = {
 async def check_store(make_store: Factory[SessionStore]) -> None:
     """Run every check in ``STORE_CHECKS``, each on a fresh store from ``make_store``.
 
-    Raises ``ConformanceError`` (an ``AssertionError``) naming each failed check.
+    Args:
+        make_store: Gives a fresh, empty store, one per check: a plain callable, or one
+            whose result is awaited (an async function).
+
+    Raises:
+        ConformanceError: Naming each check that failed (an ``AssertionError``); every check
+            runs first. A ``make_store`` that raises fails the check it was called for.
     """
     await run_checks("the session store", STORE_CHECKS, make_store)
 

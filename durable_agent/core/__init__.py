@@ -8,6 +8,7 @@ the permission language (``permissions``; for ``bash``: ``shell_judge``, ``shell
 ``rule_reach``; ``globs``), the tools' specs and arguments (``tool_specs``, ``tool_args``),
 the run's plan (``plan``), the workflow's and activities' inputs and outputs (``run_api``,
 ``activity_api``), bounded JSON and text a payload can carry (``json_limits``,
-``surrogates``), and the shapes from before linear history (``legacy``).
+``surrogates``), the failure types a workflow or a client reads (``failures``), the root of
+the errors a host sees (``errors``), and the shapes from before linear history (``legacy``).
 ``tests/test_layers.py`` keeps it pure.
 """

@@ -219,16 +219,6 @@ class CheckpointInput(Frozen):
     export: ExportInput
 
 
-# The failure type of a model request larger than the model's window: the workflow compacts
-# and asks again (``workflows/context_keeper.py``); never retried as it stands.
-CONTEXT_OVERFLOW = "ContextOverflow"
-
-# The failure types of a checkpoint's export half: the save before it was done.
-EXPORT_FAILURE_TYPES: frozenset[str] = frozenset(
-    {"SinkError", "ExportError", "InvalidDescriptor", "InvalidPayload", "ContentDrift", "EncodingError"}
-)
-
-
 # --- the activities, each declared once -------------------------------------------
 
 

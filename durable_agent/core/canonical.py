@@ -8,8 +8,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from durable_agent.core.errors import DurableAgentError
 
-class CanonicalJsonError(ValueError):
+
+class CanonicalJsonError(DurableAgentError, ValueError):
     """The value has no canonical JSON form: NaN or an infinity, or it nests too deep to encode.
 
     Raised instead of emitting text that is not JSON (``NaN``) or of the

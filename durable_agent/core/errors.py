@@ -1,8 +1,16 @@
-"""Error messages a person can act on."""
+"""The root of the errors a host sees, and error messages a person can act on."""
 
 from __future__ import annotations
 
 from pydantic import ValidationError
+
+
+class DurableAgentError(Exception):
+    """The root of the errors this package raises to a host, or that a host's own code raises
+    to it (a sink's ``SinkError``, a provider's ``ProviderError``, a store's ``StateMissing``):
+    ``except DurableAgentError`` catches any of them. Each keeps its older base too
+    (``ConfigError`` is still a ``ValueError``). The failure types a workflow or a client reads
+    are ``durable_agent.core.failures``."""
 
 
 def validation_problems(exc: ValidationError) -> list[str]:

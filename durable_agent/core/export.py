@@ -1,4 +1,4 @@
-"""Checkpoint export, version 1 (``shared/spec/checkpoint-export-v1.md``).
+"""Checkpoint export, version 1 (``docs/checkpoint-export-v1.md``).
 
 Compatibility rule: a v1 reader accepts exactly the v1 schema strings below.
 Any change to the shape of the payload or descriptor is a new version with new
@@ -14,7 +14,7 @@ from typing import Any, Final, Literal
 from pydantic import ConfigDict, Field, ValidationError
 
 from durable_agent.core.canonical import CanonicalJsonError, canonical_bytes, digest_of, sha256_digest
-from durable_agent.core.errors import validation_message
+from durable_agent.core.errors import DurableAgentError, validation_message
 from durable_agent.core.json_limits import DOCUMENT_MAX_DEPTH, JsonLimitError
 from durable_agent.core.json_limits import loads as bounded_loads
 from durable_agent.core.models import EventRecord, Frozen, ImageBlock, Message, TokenUsage, ToolEndEvent
@@ -170,7 +170,7 @@ class ExportDescriptor(Frozen):
 # --- errors -----------------------------------------------------------------
 
 
-class ExportError(ValueError):
+class ExportError(DurableAgentError, ValueError):
     """Base of the typed errors ``open_export`` raises; never a partial result."""
 
 

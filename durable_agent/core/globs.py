@@ -14,12 +14,14 @@ from functools import lru_cache
 
 import re2
 
+from durable_agent.core.errors import DurableAgentError
+
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # a bad pattern is reported by the caller, not printed to stderr
 _OPTIONS.dot_nl = True
 
 
-class GlobError(ValueError):
+class GlobError(DurableAgentError, ValueError):
     """A glob (or the regular expression it stands for) that cannot be compiled."""
 
 

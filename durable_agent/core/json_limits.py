@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterator
 from typing import Any, Final
 
+from durable_agent.core.errors import DurableAgentError
+
 # A tool's arguments are a flat object in every built-in tool and seldom nest
 # past a handful of levels in any tool schema. 64 leaves ample room for those,
 # and keeps a model message (arguments + 5 levels of message) far below the
@@ -42,7 +44,7 @@ _MAX_INT_BITS: Final = int(MAX_INT_DIGITS / math.log10(2)) + 1
 _TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[\]{}]', re.DOTALL)
 
 
-class JsonLimitError(ValueError):
+class JsonLimitError(DurableAgentError, ValueError):
     """JSON refused for its shape: too deep, a non-finite number, a huge integer, a repeated key.
 
     ``offset`` is the character offset in the text where it was found, when known.

@@ -81,6 +81,7 @@ from typing import Literal
 import re2
 from pydantic import field_validator
 
+from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.globs import GlobError, compile_glob
 from durable_agent.core.models import Frozen
 from durable_agent.core.rule_reach import could_match
@@ -91,7 +92,7 @@ Decision = Literal["allow", "deny", "ask"]
 _RULE = re.compile(r"^\s*([A-Za-z_*][A-Za-z0-9_\-*]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
 
 
-class InvalidRule(ValueError):
+class InvalidRule(DurableAgentError, ValueError):
     pass
 
 

@@ -19,6 +19,14 @@ from durable_agent.core.export import (
     SessionCheckpointExportV1,
     open_export,
 )
+
+# The types of a rejected update's failure (``WorkflowUpdateFailedError.cause.type``) and of a
+# run refused at its start, as a host imported them from here: ``core.failures`` says each.
+from durable_agent.core.failures import HISTORY_FULL as HISTORY_FULL
+from durable_agent.core.failures import INPUT_TOO_LARGE as INPUT_TOO_LARGE
+from durable_agent.core.failures import INVALID_RUN_INPUT as INVALID_RUN_INPUT
+from durable_agent.core.failures import PAYLOAD_REFUSED as PAYLOAD_REFUSED
+from durable_agent.core.failures import QUEUE_FULL as QUEUE_FULL
 from durable_agent.core.models import (
     EventRecord,
     Frozen,
@@ -52,15 +60,6 @@ AWAITING_APPROVAL = "awaiting_approval"
 AWAITING_PROMPT = "awaiting_prompt"
 
 FinalStatus = Literal["completed", "failed", "cancelled", "budget_exhausted"]
-
-# The types of a rejected update's failure (``WorkflowUpdateFailedError.cause.type``) and of a
-# run refused at its start, when what was sent cannot be taken: the run goes on untouched.
-INPUT_TOO_LARGE = "InputTooLarge"  # a message past ``[limits] max_message_bytes``
-QUEUE_FULL = "SteerQueueFull"  # ``max_queued_messages`` or ``max_queued_bytes`` steers wait already
-HISTORY_FULL = "HistoryLimit"  # the update would take the history past ``max_history_*``
-# the payload is not encrypted, or not with a key of the worker's ``[codec]`` (``durable_agent.codec``)
-PAYLOAD_REFUSED = "PayloadRefused"
-INVALID_RUN_INPUT = "InvalidRunInput"  # a run's start input that is not an ``AgentRunInput``
 
 
 class RunSettings(BaseModel):

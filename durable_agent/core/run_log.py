@@ -24,6 +24,7 @@ from typing import Final, Literal
 from pydantic import Field
 
 from durable_agent.core.canonical import canonical_bytes, digest_of, sha256_digest
+from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.export import (
     CapabilityBinding,
     CheckpointPayload,
@@ -49,8 +50,6 @@ from durable_agent.core.models import (
 )
 
 GENESIS: Final = "sha256:" + "0" * 64
-STATE_MISSING: Final = "StateMissing"  # the ApplicationError type an activity raises
-STATE_LOST: Final = "StateLost"  # ... when not even the run's last export holds its state
 # A tool output or model message at least this long is staged in the store by its
 # activity (which says so), and the save that follows names it by digest instead of
 # carrying it through the history a second time.
@@ -202,7 +201,7 @@ class ExportSeed(Frozen):
     resumed: bool = False
 
 
-class StateMissing(Exception):
+class StateMissing(DurableAgentError):
     """The store does not hold the log state an activity was sent to read or extend.
 
     ``head`` is what it holds instead (``None``: nothing for this run), so the

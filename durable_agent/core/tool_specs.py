@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import ConfigDict, ValidationError
 
 from durable_agent.core.canonical import digest_of
-from durable_agent.core.errors import validation_message
+from durable_agent.core.errors import DurableAgentError, validation_message
 from durable_agent.core.export import CapabilityBinding
 from durable_agent.core.models import Frozen, ToolDefinition
 from durable_agent.core.permissions import PermissionPolicy
@@ -230,7 +230,7 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
 }
 
 
-class ToolCallError(ValueError):
+class ToolCallError(DurableAgentError, ValueError):
     """A call the model made that cannot run; its message is shown to the model."""
 
 

@@ -1,0 +1,226 @@
+"""Every ``workflow.patched`` id of ``AgentRun``, in one ledger: what each changes, when it
+shipped, which committed histories carry its marker, and when it can go.
+
+A patch keeps a run that an older worker started on the branch it took: ``workflow.patched(id)``
+is ``True`` in a new execution (which records the id's marker) and in the replay of a history
+with the marker, ``False`` in the replay of a history without it. Every call site imports its id
+from here; ``tests/test_patch_ledger.py`` holds the ledger to the code and to
+``tests/histories/``: each id is asked for by the workflow, through the constant, and carried by
+at least one committed history (the ones named in ``histories``, no more, no fewer).
+
+When a patch goes (the docs' "Supporting runs started on older releases"): a release replays and
+carries on the runs started on itself and on the release before it. Runs started on the release
+a patch shipped in, before the patch, lack its marker; so in ``deprecate_in``, the second release
+after ``release``, its ``workflow.patched(id)`` becomes ``workflow.deprecate_patch(id)`` and the
+code after it unconditional; the old branch, the histories in ``old_branch`` and whatever only
+the old branch reads are deleted. The ``deprecate_patch`` call goes one release later (runs
+started since hold a deprecated marker, which replays without it). Before deploying
+``deprecate_in``, no execution begun on a worker of ``release`` or earlier may be open, or closed
+within the namespace's retention (a query, ``result`` among them, replays a closed run).
+
+Releases, as the code names them (no tag yet; ``__version__`` has said 0.1.0 throughout): 0.1 up
+to ``c144c0f`` (2026-11-30: the first format, then linear history), 0.2 from ``7319190``
+(2026-12-01, "the 0.2 layout") up to the next tag, 0.3. A patch committed after a tag ships in
+the next one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One patch id and what the ledger knows of it."""
+
+    id: str  # as recorded in histories' markers: never changes
+    shipped: str  # the commit that brought it, and its date
+    release: str  # the release it shipped in (a patch committed after a tag ships in the next)
+    changes: str  # what runs started since do instead of what runs started before did
+    asked: str  # when the workflow asks for it: a history holds its marker only if it got there
+    histories: tuple[str, ...]  # the committed histories (``tests/histories/``) that carry its marker
+    old_branch: tuple[str, ...]  # the committed histories that replay only through its old branch
+    deprecate_in: str  # the release whose workflow calls ``deprecate_patch`` and drops the old branch
+
+
+PATCH_LINEAR_HISTORY = "linear-history"
+ONE_CHECKPOINT_PATCH = "boundary-one-local-checkpoint"
+SAME_BYTES_PATCH = "boundary-checkpoint-same-bytes"
+PATCH_CANCELED_STATE = "cancel-ends-canceled"
+CHECKPOINT_COMPLETES_PATCH = "cancel-waits-for-checkpoint"
+BOUNDED_PROMPT_PATCH = "bounded-start-prompt"
+PATCH_SHELL_UNSEEN = "shell-judge-unseen"
+
+LEDGER: tuple[Patch, ...] = (
+    Patch(
+        id=PATCH_LINEAR_HISTORY,
+        shipped="6864f50 (2026-11-29)",
+        release="0.1",
+        changes=(
+            "a new run appends what is new to a log in the session store, opened by agent.open_run; "
+            "runs started before load their session's ended runs (agent.load_session) and carry "
+            "their conversation whole (workflows/legacy.py, durable_agent.core.legacy)"
+        ),
+        asked="at a new run's start (Starter.start); not in an execution continued as new",
+        histories=(
+            "agent_run_approval_v2.json",
+            "agent_run_approval_v3.json",
+            "agent_run_approval_v4.json",
+            "agent_run_approval_v5.json",
+            "agent_run_cancel_checkpoint_v7.json",
+            "agent_run_cancelled_v6.json",
+            "agent_run_compacted_v3.json",
+            "agent_run_compacted_v4.json",
+            "agent_run_compacted_v5.json",
+            "agent_run_continued_v2.json",
+            "agent_run_continued_v3.json",
+            "agent_run_continued_v4.json",
+            "agent_run_continued_v5.json",
+            "agent_run_conversation_v3.json",
+            "agent_run_conversation_v4.json",
+            "agent_run_conversation_v5.json",
+            "agent_run_guarded_v2.json",
+            "agent_run_guarded_v4.json",
+            "agent_run_guarded_v5.json",
+            "agent_run_reasoning_v6.json",
+            "agent_run_shell_unseen_v7.json",
+            "agent_run_v2.json",
+            "agent_run_v4.json",
+            "agent_run_v5.json",
+        ),
+        old_branch=("agent_run_approval_v1.json", "agent_run_continued_v1.json", "agent_run_v1.json"),
+        deprecate_in="0.3",
+    ),
+    Patch(
+        id=ONE_CHECKPOINT_PATCH,
+        shipped="bf7d7a0 (2026-12-01)",
+        release="0.2",
+        changes=(
+            "a tool boundary is one local activity, agent.checkpoint (one workflow task); before, "
+            "agent.save_checkpoint then agent.export_checkpoint (three)"
+        ),
+        asked="at every tool boundary (LogKeeper.boundary)",
+        histories=(
+            "agent_run_approval_v4.json",
+            "agent_run_approval_v5.json",
+            "agent_run_cancel_checkpoint_v7.json",
+            "agent_run_cancelled_v6.json",
+            "agent_run_compacted_v4.json",
+            "agent_run_compacted_v5.json",
+            "agent_run_continued_v4-last.json",
+            "agent_run_continued_v4.json",
+            "agent_run_continued_v5-last.json",
+            "agent_run_continued_v5.json",
+            "agent_run_conversation_v4.json",
+            "agent_run_conversation_v5.json",
+            "agent_run_guarded_v4.json",
+            "agent_run_guarded_v5.json",
+            "agent_run_reasoning_v6.json",
+            "agent_run_shell_unseen_v7.json",
+            "agent_run_v4.json",
+            "agent_run_v5.json",
+        ),
+        old_branch=(
+            "agent_run_approval_v1.json",
+            "agent_run_approval_v2.json",
+            "agent_run_approval_v3.json",
+            "agent_run_compacted_v3.json",
+            "agent_run_continued_v1-last.json",
+            "agent_run_continued_v1.json",
+            "agent_run_continued_v2-last.json",
+            "agent_run_continued_v2.json",
+            "agent_run_continued_v3-last.json",
+            "agent_run_continued_v3.json",
+            "agent_run_conversation_v3.json",
+            "agent_run_guarded_v2.json",
+            "agent_run_v1.json",
+            "agent_run_v2.json",
+        ),
+        deprecate_in="0.4",
+    ),
+    Patch(
+        id=SAME_BYTES_PATCH,
+        shipped="c710968 (2026-12-01)",
+        release="0.2",
+        changes=(
+            "a boundary whose time the history does not fix (a call that never ran: denied, unknown, "
+            "refused after a wait) is checkpointed by agent.checkpoint as an ordinary activity, its "
+            "input recorded; before, as a local one"
+        ),
+        asked=f"at a boundary without a tool activity's time, under {ONE_CHECKPOINT_PATCH}",
+        histories=(
+            "agent_run_approval_v5.json",
+            "agent_run_guarded_v5.json",
+            "agent_run_shell_unseen_v7.json",
+            "agent_run_v5.json",
+        ),
+        old_branch=(
+            "agent_run_approval_v4.json",
+            "agent_run_compacted_v4.json",
+            "agent_run_continued_v4-last.json",
+            "agent_run_continued_v4.json",
+            "agent_run_conversation_v4.json",
+            "agent_run_guarded_v4.json",
+            "agent_run_v4.json",
+        ),
+        deprecate_in="0.4",
+    ),
+    Patch(
+        id=PATCH_CANCELED_STATE,
+        shipped="e35ed77 (2026-12-01)",
+        release="0.2",
+        changes=(
+            "a cancelled run closes in Temporal's Canceled state, asking for its own cancel request "
+            "(agent.request_cancel) when only the cancel signal stopped it; before, it completed, "
+            "with status cancelled"
+        ),
+        asked="when a cancelled run closes (Ending.close)",
+        histories=("agent_run_cancel_checkpoint_v7.json", "agent_run_cancelled_v6.json"),
+        old_branch=(),
+        deprecate_in="0.4",
+    ),
+    Patch(
+        id=CHECKPOINT_COMPLETES_PATCH,
+        shipped="baa8ce8 (2026-12-01)",
+        release="0.2",
+        changes=(
+            "a cancel during a boundary's checkpoint lets it finish, its export acknowledged, before "
+            "the run stops; before, it cancelled the checkpoint. Replay cannot tell the two apart "
+            "(a local activity's result comes from its marker)"
+        ),
+        asked=f"at every boundary checkpointed by agent.checkpoint, under {ONE_CHECKPOINT_PATCH}",
+        histories=(
+            "agent_run_cancel_checkpoint_v7.json",
+            "agent_run_reasoning_v6.json",
+            "agent_run_shell_unseen_v7.json",
+        ),
+        old_branch=(),
+        deprecate_in="0.4",
+    ),
+    Patch(
+        id=BOUNDED_PROMPT_PATCH,
+        shipped="07142ac (2026-12-01)",
+        release="0.2",
+        changes=(
+            "a new run refuses a prompt over [limits] max_message_bytes (InputTooLarge); before, it "
+            "went on with it"
+        ),
+        asked="only when a new run's prompt is over the limit",
+        histories=("agent_run_bounded_prompt_v7.json",),
+        old_branch=(),
+        deprecate_in="0.4",
+    ),
+    Patch(
+        id=PATCH_SHELL_UNSEEN,
+        shipped="07142ac (2026-12-01)",
+        release="0.2",
+        changes=(
+            "a bash line is judged by the fail-closed rules (a line that hides what it runs, a script "
+            "fed to a shell, variables after a :* rule); before, by the rules before them"
+        ),
+        asked="only when the two judges decide a call differently (workflows/shell_gate.py)",
+        histories=("agent_run_shell_unseen_v7.json",),
+        old_branch=(),
+        deprecate_in="0.4",
+    ),
+)
