@@ -18,8 +18,11 @@ the activities, each in a module named for what it does:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
+
+from temporalio import activity
 
 from durable_agent.activities.compaction import Compactions
 from durable_agent.activities.legacy import LegacySessions
@@ -32,8 +35,8 @@ from durable_agent.activities.redact import Redactor
 from durable_agent.activities.run_control import request_cancel
 from durable_agent.activities.run_log import RunLogs
 from durable_agent.activities.sinks import ExportSink, FilesystemExportSink
-from durable_agent.activities.store.base import SessionStore
-from durable_agent.activities.store.cache import RunStates
+from durable_agent.activities.store.base import Closable, Connectable, SessionStore
+from durable_agent.activities.store.cache import RunLogCache
 from durable_agent.activities.store.filesystem import FilesystemSessionStore
 from durable_agent.activities.tool_call import ToolCalls
 from durable_agent.activities.tools.base import Tool
@@ -47,6 +50,7 @@ from durable_agent.config import (
     dsn_from_environment,
     takes_images,
 )
+from durable_agent.core.activity_api import ACTIVITIES, ActivityDecl
 from durable_agent.telemetry_spans import ActivityTelemetry
 
 if TYPE_CHECKING:
@@ -107,7 +111,7 @@ class AgentActivities:
         self.providers = providers if providers is not None else build_providers(config)
         self.tools = tools if tools is not None else builtin_tools(sandbox_settings(config))
         self.store = store if store is not None else build_store(config)
-        self.states = RunStates(self.store)
+        self.log_cache = RunLogCache(self.store)
         # read once: the credentials this worker holds, kept out of every result
         self.redact = Redactor.from_environment(config)
         self.sinks: dict[str, ExportSink] = (
@@ -125,7 +129,7 @@ class AgentActivities:
         self.planner = RunPlanner(config, self.providers, self.tools, self.sinks, self.mcp)
         self.model_calls = ModelCalls(
             self.providers,
-            self.states,
+            self.log_cache,
             self.store,
             self.redact,
             self.telemetry,
@@ -133,22 +137,18 @@ class AgentActivities:
             takes_images=lambda model: takes_images(config, model),
         )
         self.tool_calls = ToolCalls(self.tools, self.store, self.redact, self.telemetry)
-        self.run_logs = RunLogs(self.store, self.states, self.sinks, self.telemetry)
+        self.run_logs = RunLogs(self.store, self.log_cache, self.sinks, self.telemetry)
         self.legacy = LegacySessions(self.store)
         self.compactions = Compactions(self.model_calls)
-        # every activity, as registered with Temporal
-        self.resolve_run = self.planner.resolve_run
-        self.read_resume = self.run_logs.read_resume
-        self.open_run = self.run_logs.open_run
-        self.model_call = self.model_calls.model_call
-        self.compact = self.compactions.compact
-        self.tool_call = self.tool_calls.tool_call
-        self.save_checkpoint = self.run_logs.save_checkpoint
-        self.export_checkpoint = self.run_logs.export_checkpoint
-        self.checkpoint = self.run_logs.checkpoint
-        self.finish_run = self.run_logs.finish_run
-        self.load_session = self.legacy.load_session
-        self.request_cancel = request_cancel
+        # where the activities are: each method under ``@activity.defn`` is one (``all()``)
+        self.parts: tuple[object, ...] = (
+            self.planner,
+            self.model_calls,
+            self.compactions,
+            self.tool_calls,
+            self.run_logs,
+            self.legacy,
+        )
 
     async def connect(self) -> None:
         """Open the store's and the sinks' connections now (a worker's start), where they have
@@ -167,9 +167,8 @@ class AgentActivities:
                 connections, …).
         """
         for part in (self.store, *self.sinks.values()):
-            connect = getattr(part, "connect", None)
-            if connect is not None:
-                await connect()
+            if isinstance(part, Connectable):
+                await part.connect()
         # and list the MCP servers' tools (one that is down is logged and tried again later)
         await self.mcp.refresh()
 
@@ -180,28 +179,55 @@ class AgentActivities:
         Call it once the worker has stopped: the activities are not meant to run after it
         (the MCP servers stay closed, their tools unavailable).
         """
-        for part in (*self.providers.values(), self.store, *self.sinks.values(), self.mcp):
-            close = getattr(part, "aclose", None)
-            if close is not None:
-                await close()
+        parts: tuple[object, ...] = (*self.providers.values(), self.store, *self.sinks.values(), self.mcp)
+        for part in parts:
+            if isinstance(part, Closable):
+                await part.aclose()
 
     def all(self) -> list[Callable[..., Any]]:
-        """Every activity, for ``Worker(activities=...)``.
+        """Every activity, for ``Worker(activities=...)``: the parts' ``@activity.defn``
+        methods (and ``agent.request_cancel``), in the order of ``ACTIVITIES``.
 
         Returns:
-            Every activity method, each registered under its ``agent.*`` name.
+            Every activity, each registered under its ``agent.*`` name.
         """
-        return [
-            self.resolve_run,
-            self.read_resume,
-            self.open_run,
-            self.model_call,
-            self.compact,
-            self.tool_call,
-            self.save_checkpoint,
-            self.export_checkpoint,
-            self.checkpoint,
-            self.finish_run,
-            self.load_session,
-            self.request_cancel,
-        ]
+        return registered(ACTIVITIES, [*defined_activities(self.parts), request_cancel])
+
+
+def activity_name(fn: Callable[..., Any]) -> str | None:
+    """The name ``fn`` is registered under (its ``@activity.defn``), or ``None``: not an activity."""
+    definition = activity._Definition.from_callable(fn)  # what Temporal's worker reads
+    return definition.name if definition is not None else None
+
+
+def defined_activities(parts: Iterable[object]) -> Iterator[Callable[..., Any]]:
+    """Each method of ``parts`` under ``@activity.defn``, bound to its part."""
+    for part in parts:
+        seen: set[str] = set()
+        for cls in type(part).__mro__:  # a subclass's method hides its base's
+            for name, member in vars(cls).items():
+                if name not in seen and callable(member) and activity_name(member) is not None:
+                    yield types.MethodType(member, part)
+                seen.add(name)
+
+
+def registered(
+    declared: Sequence[ActivityDecl[Any, Any]], defined: Iterable[Callable[..., Any]]
+) -> list[Callable[..., Any]]:
+    """The activities ``defined``, one for each of ``declared``, in its order.
+
+    Raises:
+        ValueError: A declaration has no activity, an activity no declaration, or a name two.
+    """
+    by_name: dict[str, Callable[..., Any]] = {}
+    for fn in defined:
+        name = activity_name(fn)
+        if name is None or name in by_name:
+            raise ValueError(f"{fn.__qualname__}: {'not an activity' if name is None else f'{name} twice'}")
+        by_name[name] = fn
+    names = [decl.name for decl in declared]
+    if missing := sorted(set(names) - by_name.keys()):
+        raise ValueError(f"declared, with no activity: {missing}")
+    if undeclared := sorted(by_name.keys() - set(names)):
+        raise ValueError(f"activities with no declaration: {undeclared}")
+    return [by_name[name] for name in names]

@@ -18,7 +18,7 @@ from durable_agent.activities.providers.base import ModelProvider, ProviderError
 from durable_agent.activities.redact import Redactor
 from durable_agent.activities.staging import filled_images, stage
 from durable_agent.activities.store.base import SessionStore
-from durable_agent.activities.store.cache import RunStates
+from durable_agent.activities.store.cache import RunLogCache
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
 from durable_agent.core.activity_api import MODEL_CALL, ModelCallInput, ModelStepInput
 from durable_agent.core.canonical import canonical_bytes
@@ -98,7 +98,7 @@ class ModelCalls:
     def __init__(
         self,
         providers: Mapping[str, ModelProvider],
-        states: RunStates,
+        log_cache: RunLogCache,
         store: SessionStore,
         redact: Redactor,
         telemetry: ActivityTelemetry | None = None,
@@ -108,7 +108,7 @@ class ModelCalls:
         self.providers = providers
         # whether "provider/model" takes images (its ``attachment`` setting)
         self.takes_images = takes_images
-        self.states = states
+        self.log_cache = log_cache
         self.store = store
         self.redact = redact
         self.telemetry = telemetry or ActivityTelemetry()
@@ -123,7 +123,7 @@ class ModelCalls:
             return await self.answer(inp)
         provider, model = self._provider(inp.model)
         call = await self._conversation(inp)
-        session = (await self.states.header(inp.run_id)).session_id  # cached by the conversation's read
+        session = (await self.log_cache.header(inp.run_id)).session_id  # cached by the conversation's read
         call = call.model_copy(update={"session_id": session})
         gaps = await self.mcp.unavailable(t.name for t in call.tools) if self.mcp else []
         if not gaps:
@@ -171,8 +171,8 @@ class ModelCalls:
         """The whole transcript, and the newest view (the last ``context_compacted`` event of
         the log and the pending events; ``None``: the model sees it all)."""
         try:
-            header = await self.states.header(run_id)
-            run_log = await self.states.read(log)
+            header = await self.log_cache.header(run_id)
+            run_log = await self.log_cache.read(log)
             conversation = run_log.with_pending(pending)
         except StateMissing as exc:
             raise state_missing(exc) from None

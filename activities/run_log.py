@@ -17,10 +17,10 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_agent.activities.sinks import ExportSink, SinkError, read_export_file
+from durable_agent.activities.sinks import ExportSink, FetchingSink, PartedSink, SinkError, read_export_file
 from durable_agent.activities.staging import filled_images, staged_text
 from durable_agent.activities.store.base import SessionStore
-from durable_agent.activities.store.cache import RunStates
+from durable_agent.activities.store.cache import RunLogCache
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
 from durable_agent.core.activity_api import (
     CHECKPOINT,
@@ -72,12 +72,12 @@ class RunLogs:
     def __init__(
         self,
         store: SessionStore,
-        states: RunStates,
+        log_cache: RunLogCache,
         sinks: Mapping[str, ExportSink],
         telemetry: ActivityTelemetry | None = None,
     ) -> None:
         self.store = store
-        self.states = states
+        self.log_cache = log_cache
         self.sinks = sinks
         self.telemetry = telemetry or ActivityTelemetry()
 
@@ -91,12 +91,12 @@ class RunLogs:
         else:
             records = await heartbeating(self.store.load_run_records(header.session_id))
             prior = tuple(r.snapshot.id for r in records if r.snapshot.id != header.run_id)
-        await self.states.save_header(header.model_copy(update={"prior_run_ids": prior}))
+        await self.log_cache.save_header(header.model_copy(update={"prior_run_ids": prior}))
         try:
             entries = [inp.seed]
             if inp.resumed is not None:
                 entries.insert(0, await self._seed_from_export(header.run_id, inp.resumed))
-            await heartbeating(self.states.append(header.run_id, entries))
+            await heartbeating(self.log_cache.append(header.run_id, entries))
         except StateMissing as exc:
             raise state_missing(exc) from None
         return RunOpened(prior_run_ids=prior)
@@ -111,12 +111,12 @@ class RunLogs:
             return
         try:
             if inp.header is not None:
-                await self.states.save_header(inp.header)
+                await self.log_cache.save_header(inp.header)
             # only the newest entry names what was staged; the others come whole
             entries = [await self._unstage(inp, e, e is inp.entries[-1]) for e in inp.entries]
             if inp.seed is not None:
                 entries.insert(0, await self._seed_from_export(inp.run_id, inp.seed))
-            await heartbeating(self.states.append(inp.run_id, entries))
+            await heartbeating(self.log_cache.append(inp.run_id, entries))
         except StateMissing as exc:
             raise state_missing(exc) from None
 
@@ -164,8 +164,8 @@ class RunLogs:
                 return await asyncio.to_thread(read_export_file, Path(seed.path))
             except FileNotFoundError:
                 return None
-        fetch = getattr(self.sinks.get(seed.sink or ""), "fetch", None)
-        return await fetch(seed.descriptor) if fetch is not None else None
+        sink = self.sinks.get(seed.sink or "")
+        return await sink.fetch(seed.descriptor) if isinstance(sink, FetchingSink) else None
 
     @activity.defn(name=READ_RESUME.name)
     async def read_resume(self, inp: ResumeFileInput) -> ResumePoint:
@@ -209,8 +209,8 @@ class RunLogs:
             await self.keep_record(inp.record)
             return
         try:
-            header = await self.states.header(inp.log.run_id)
-            run_log = await self.states.read(inp.log)
+            header = await self.log_cache.header(inp.log.run_id)
+            run_log = await self.log_cache.read(inp.log)
         except StateMissing as exc:
             raise state_missing(exc) from None
         events = (*run_log.events, *inp.events)
@@ -224,7 +224,7 @@ class RunLogs:
     async def keep_record(self, record: RunRecord) -> None:
         """Keep an ended run's record in its session, then drop its log."""
         await heartbeating(self.store.save_run_record(record))
-        await heartbeating(self.states.drop(record.snapshot.id))
+        await heartbeating(self.log_cache.drop(record.snapshot.id))
 
     @activity.defn(name=CHECKPOINT.name)
     async def checkpoint(self, inp: CheckpointInput) -> ExportDescriptor:
@@ -282,9 +282,8 @@ class RunLogs:
                 f"export failed its own validation: {exc}", type=type(exc).__name__, non_retryable=True
             ) from exc
         try:
-            deliver_parts = getattr(sink, "deliver_parts", None)
-            if isinstance(export, PartedExport) and deliver_parts is not None:
-                await heartbeating(deliver_parts(export))
+            if isinstance(export, PartedExport) and isinstance(sink, PartedSink):
+                await heartbeating(sink.deliver_parts(export))
             else:
                 whole = await asyncio.to_thread(export.whole) if isinstance(export, PartedExport) else export
                 await heartbeating(sink.deliver(whole))
@@ -301,16 +300,18 @@ class RunLogs:
         """The export, encoding only what is new since the run's last one on this worker; its
         three digests taken on threads at once (each covers the whole content)."""
         try:
-            header = await self.states.header(inp.log.run_id)
-            run_log = await self.states.read(inp.log)
+            header = await self.log_cache.header(inp.log.run_id)
+            run_log = await self.log_cache.read(inp.log)
         except StateMissing as exc:
             raise state_missing(exc) from None
         # an export is portable: it holds the images whole, not the store's references to them
         messages = await filled_images(
-            self.store, header.run_id, run_log.messages, self.states.filled(header.run_id)
+            self.store, header.run_id, run_log.messages, self.log_cache.filled(header.run_id)
         )
-        payload = export_payload(header, run_log, await self.states.prior_runs(header), inp.facts, messages)
-        draft = self.states.encoder(inp.log.run_id).draft(payload)
+        payload = export_payload(
+            header, run_log, await self.log_cache.prior_runs(header), inp.facts, messages
+        )
+        draft = self.log_cache.encoder(inp.log.run_id).draft(payload)
         content, logical, snapshot = await asyncio.gather(
             *(asyncio.to_thread(hash_pieces, stream) for stream in draft.streams())
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from durable_agent.activities.files import write_atomic
 from durable_agent.activities.sink_files import (
@@ -21,7 +21,14 @@ from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
 from durable_agent.core.export_parts import PartedExport
 
-__all__ = ["ExportSink", "FilesystemExportSink", "PartedSink", "SinkError", "read_export_file"]
+__all__ = [
+    "ExportSink",
+    "FetchingSink",
+    "FilesystemExportSink",
+    "PartedSink",
+    "SinkError",
+    "read_export_file",
+]
 
 
 class SinkError(DurableAgentError):
@@ -42,12 +49,10 @@ class SinkError(DurableAgentError):
 class ExportSink(Protocol):
     """Returns only once the export is held durably. Must treat a repeat digest as done.
 
-    A sink that can also give an export back (``fetch``, as the filesystem sink
-    does) lets a run that continued as new recover its state from its last
-    export when the session store has lost it. That method is not part of the protocol;
-    the worker looks for it: ``async def fetch(self, descriptor: ExportDescriptor) ->
-    SessionCheckpointExportV1 | None``, which gives the export this sink holds for
-    ``descriptor`` (not yet validated), or ``None``.
+    A sink that can also give an export back (``FetchingSink``, as the filesystem sink
+    is) lets a run that continued as new recover its state from its last export when the
+    session store has lost it; one that takes an export as parts (``PartedSink``) stores
+    only what is new. The worker tells them apart with ``isinstance``.
     ``durable_agent.conformance.check_sink`` holds a sink to this contract.
     """
 
@@ -67,6 +72,7 @@ class ExportSink(Protocol):
         ...
 
 
+@runtime_checkable
 class PartedSink(ExportSink, Protocol):
     """A sink that can also take an export as parts (``durable_agent.core.export_parts``),
     to store only what is new since the run's last export; the worker then never
@@ -82,6 +88,23 @@ class PartedSink(ExportSink, Protocol):
 
         Raises:
             SinkError: As ``deliver``.
+        """
+        ...
+
+
+@runtime_checkable
+class FetchingSink(ExportSink, Protocol):
+    """A sink that can also give an export back: a run that continued as new recovers its
+    state from its last export when the session store has lost it."""
+
+    async def fetch(self, descriptor: ExportDescriptor) -> SessionCheckpointExportV1 | None:
+        """The export this sink holds for ``descriptor``.
+
+        Args:
+            descriptor: The export's descriptor, as the run recorded it.
+
+        Returns:
+            The export as held (not yet validated), or ``None`` when the sink holds none.
         """
         ...
 

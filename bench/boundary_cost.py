@@ -387,7 +387,7 @@ async def run_all(client: Client, tmp: Path, args: argparse.Namespace) -> list[d
         client,
         task_queue=b.naive_queue,
         workflows=[NaiveAgentRun],
-        activities=[NaiveModel(acts.providers).model_call, acts.tool_call],
+        activities=[NaiveModel(acts.providers).model_call, acts.tool_calls.tool_call],
     )
     rows: list[dict[str, Any]] = []
     died: int | None = None

@@ -141,7 +141,7 @@ def naive_worker(b: Bench, queue: str, *, sandboxed: bool = True) -> Worker:
         b.client,
         task_queue=queue,
         workflows=[NaiveAgentRun],
-        activities=[NaiveModel(b.acts.providers).model_call, b.acts.tool_call],
+        activities=[NaiveModel(b.acts.providers).model_call, b.acts.tool_calls.tool_call],
         workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
     )
 

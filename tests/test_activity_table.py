@@ -2,7 +2,9 @@
 
 The workflow schedules activities only through ``ACTIVITIES`` (name, input type,
 result type); a worker that registered another name, or took or returned another
-type, would fail runs at the first call, or replay them differently. Pure: no server.
+type, would fail runs at the first call, or replay them differently. The worker's list
+(``AgentActivities.all()``) is built from that table and the parts' ``@activity.defn``
+methods, so adding an activity is its declaration and its method. Pure: no server.
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ from temporalio import activity
 
 import durable_agent.activities
 from durable_agent.activities import AgentActivities
+from durable_agent.activities.agent import activity_name, defined_activities, registered
+from durable_agent.activities.run_control import request_cancel
 from durable_agent.core.activity_api import (
     ACTIVITIES,
     MODEL_CALL,
     SAVE_CHECKPOINT,
+    TOOL_CALL,
     ActivityDecl,
     ModelCallInput,
     ModelStepInput,
@@ -80,6 +85,45 @@ def test_the_worker_registers_every_declared_activity_once_and_nothing_else(tmp_
     check_table(acts.all(), ACTIVITIES)
 
 
+def test_the_list_follows_the_declarations_and_refuses_any_mismatch(tmp_path: Path) -> None:
+    """``all()`` is the parts' activities in the table's order; a declaration with no activity,
+    an activity with no declaration, a name twice or a plain function fail the worker's start."""
+    acts = AgentActivities(scripted_config(tmp_path, [final()]))
+    assert [activity_name(fn) for fn in acts.all()] == [decl.name for decl in ACTIVITIES]
+    defined: list[Callable[..., Any]] = [*defined_activities(acts.parts), request_cancel]
+
+    async def plain(inp: ToolCallInput) -> ToolOutput:
+        raise NotImplementedError
+
+    for declared, found, why in (
+        (ACTIVITIES[1:], defined, "no declaration"),
+        (ACTIVITIES, defined[1:], "no activity"),
+        (ACTIVITIES, [*defined, defined[0]], "twice"),
+        (ACTIVITIES, [*defined, plain], "not an activity"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            registered(declared, found)
+
+
+def test_a_new_activity_is_its_declaration_and_its_method(tmp_path: Path) -> None:
+    """A part's new ``@activity.defn`` method is found; declared, it is registered as declared."""
+    new = ActivityDecl[ToolCallInput, ToolOutput]("agent.extra", ToolCallInput, ToolOutput, TOOL_CALL.options)
+
+    class Part:
+        @activity.defn(name=new.name)
+        async def extra(self, inp: ToolCallInput) -> ToolOutput:
+            raise NotImplementedError
+
+    class Hides(Part):
+        async def extra(self, inp: ToolCallInput) -> ToolOutput:  # not an activity any more
+            raise NotImplementedError
+
+    acts = AgentActivities(scripted_config(tmp_path, [final()]))
+    table = (*ACTIVITIES, new)
+    check_table(registered(table, [*defined_activities((*acts.parts, Part())), request_cancel]), table)
+    assert list(defined_activities([Hides()])) == []
+
+
 def test_the_check_fails_on_any_mismatch(tmp_path: Path) -> None:
     good = AgentActivities(scripted_config(tmp_path, [final()])).all()
 
@@ -102,7 +146,7 @@ def test_the_check_fails_on_any_mismatch(tmp_path: Path) -> None:
     def swapped(name: str, fn: Callable[..., Any]) -> list[Callable[..., Any]]:
         return [fn if activity._Definition.must_from_callable(f).name == name else f for f in good]
 
-    for registered in (
+    for listed in (
         good[1:],  # one missing
         [*good, good[0]],  # one twice
         [*good, undeclared],  # one not declared
@@ -111,7 +155,7 @@ def test_the_check_fails_on_any_mismatch(tmp_path: Path) -> None:
         swapped(SAVE_CHECKPOINT.name, takes_an_input_no_worker_sent),
     ):
         with pytest.raises(AssertionError):
-            check_table(registered, ACTIVITIES)
+            check_table(listed, ACTIVITIES)
 
 
 SaveCheckpointInputOr = typing.Union["SaveCheckpointInput", ToolCallInput]

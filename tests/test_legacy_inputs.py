@@ -53,23 +53,23 @@ async def test_activity_tasks_queued_by_a_pre_linear_worker_run_on_this_one(tmp_
     env = ActivityEnvironment()
     # the model is given the conversation itself, as before
     for payload in recorded_inputs("agent.model_call"):
-        response = await env.run(acts.model_call, decoded(acts.model_call, payload))
+        response = await env.run(acts.model_calls.model_call, decoded(acts.model_calls.model_call, payload))
         assert isinstance(response, ModelResponse) and response.message.text().startswith("answer")
     # a whole checkpoint: nothing to write; the workflow sends its log when it next reads it
     for payload in recorded_inputs("agent.save_checkpoint"):
-        inp = decoded(acts.save_checkpoint, payload)
+        inp = decoded(acts.run_logs.save_checkpoint, payload)
         assert isinstance(inp, LegacySaveCheckpointInput)
-        await env.run(acts.save_checkpoint, inp)
+        await env.run(acts.run_logs.save_checkpoint, inp)
     # an export the old workflow built: validated and delivered; its descriptor is the result.
     # (These exports predate fields v1 has gained since, with defaults: they must still open.)
     for payload in recorded_inputs("agent.export_checkpoint"):
-        inp = decoded(acts.export_checkpoint, payload)
+        inp = decoded(acts.run_logs.export_checkpoint, payload)
         assert isinstance(inp, LegacyExportInput)
-        descriptor = await env.run(acts.export_checkpoint, inp)
+        descriptor = await env.run(acts.run_logs.export_checkpoint, inp)
         assert descriptor == inp.export.descriptor == sink.exports[-1].descriptor
     assert len(sink.exports) == 4
     [payload] = recorded_inputs("agent.finish_run")
-    inp = decoded(acts.finish_run, payload)
+    inp = decoded(acts.run_logs.finish_run, payload)
     assert isinstance(inp, LegacyFinishRunInput)
-    await env.run(acts.finish_run, inp)
+    await env.run(acts.run_logs.finish_run, inp)
     assert await store.load_run_records(inp.record.snapshot.session_id) == [inp.record]

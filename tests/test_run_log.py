@@ -12,7 +12,7 @@ from temporalio.testing import ActivityEnvironment
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.store import FilesystemSessionStore, MemorySessionStore
-from durable_agent.activities.store.cache import RunStates
+from durable_agent.activities.store.cache import RunLogCache
 from durable_agent.core.activity_api import OpenRunInput, SaveCheckpointInput
 from durable_agent.core.canonical import canonical_bytes, digest_of
 from durable_agent.core.export import RunRecord
@@ -245,46 +245,46 @@ def texts(log: RunLog) -> list[str]:
     return [m.text() for m in log.messages]
 
 
-async def test_run_states_fold_once_and_follow_appends() -> None:
+async def test_run_log_cache_folds_once_and_follows_appends() -> None:
     store = CountingStore()
     v1, v2, v3, v4 = chain(["m1", "m2", "m3", "m4"])
     await store.append_log(RUN, [v1, v2, v3])
-    states = RunStates(store)
-    log = await states.read(v3.ref(RUN))
+    log_cache = RunLogCache(store)
+    log = await log_cache.read(v3.ref(RUN))
     assert texts(log) == ["m1", "m2", "m3"] and log.ref == v3.ref(RUN) and store.reads == 1
-    assert await states.read(v3.ref(RUN)) is log and store.reads == 1
-    await states.append(RUN, [v4])
+    assert await log_cache.read(v3.ref(RUN)) is log and store.reads == 1
+    await log_cache.append(RUN, [v4])
     assert await store.log_head(RUN) == v4.ref(RUN)
-    assert texts(await states.read(v4.ref(RUN))) == ["m1", "m2", "m3", "m4"] and store.reads == 1
+    assert texts(await log_cache.read(v4.ref(RUN))) == ["m1", "m2", "m3", "m4"] and store.reads == 1
     (b3,) = chain(["b3"], v2.ref(RUN))  # the run went back: a branch after v2
-    await states.append(RUN, [b3])
-    assert texts(await states.read(b3.ref(RUN))) == ["m1", "m2", "b3"] and store.reads == 2
-    assert texts(await states.read(v2.ref(RUN))) == ["m1", "m2"] and store.reads == 3
+    await log_cache.append(RUN, [b3])
+    assert texts(await log_cache.read(b3.ref(RUN))) == ["m1", "m2", "b3"] and store.reads == 2
+    assert texts(await log_cache.read(v2.ref(RUN))) == ["m1", "m2"] and store.reads == 3
 
 
-async def test_run_states_report_what_the_store_holds_instead() -> None:
+async def test_run_log_cache_reports_what_the_store_holds_instead() -> None:
     store = MemorySessionStore()
     v1, v2 = chain(["m1", "m2"])
     await store.append_log(RUN, [v1, v2])
-    states = RunStates(store)
+    log_cache = RunLogCache(store)
     for _ in ("before v2 is cached", "after"):
         for wanted in (ref(3, v2.digest), ref(2, v1.digest)):
             with pytest.raises(StateMissing) as info:
-                await states.read(wanted)
+                await log_cache.read(wanted)
             assert info.value.head == v2.ref(RUN)
-        assert (await states.read(v2.ref(RUN))).ref == v2.ref(RUN)
+        assert (await log_cache.read(v2.ref(RUN))).ref == v2.ref(RUN)
     with pytest.raises(StateMissing) as lost:  # a fresh store: it lost the run
-        await RunStates(MemorySessionStore()).read(v2.ref(RUN))
+        await RunLogCache(MemorySessionStore()).read(v2.ref(RUN))
     assert lost.value.head is None
 
 
-async def test_run_states_give_only_the_prior_runs_the_header_names() -> None:
+async def test_run_log_cache_gives_only_the_prior_runs_the_header_names() -> None:
     store = MemorySessionStore()
     for run_id, created in [("r-1", 10), ("r-2", 20), ("r-3", 30), (RUN, 40)]:
         await store.save_run_record(record(run_id, created))
-    states = RunStates(store)
-    assert await states.prior_runs(header(prior=("r-3", "r-1"))) == [record("r-1", 10), record("r-3", 30)]
-    assert await states.prior_runs(header("run-2")) == []
+    log_cache = RunLogCache(store)
+    assert await log_cache.prior_runs(header(prior=("r-3", "r-1"))) == [record("r-1", 10), record("r-3", 30)]
+    assert await log_cache.prior_runs(header("run-2")) == []
 
 
 def test_unstored_keeps_every_entry_a_failed_save_left() -> None:
@@ -434,7 +434,7 @@ async def test_a_save_that_catches_up_unstages_only_its_newest_entry(tmp_path: P
     state = LoopState(plan(), now_ms=1_000)
     seed = state.take_entry()
     assert seed is not None
-    await env.run(acts.open_run, OpenRunInput(header=state.header(), seed=seed))
+    await env.run(acts.run_logs.open_run, OpenRunInput(header=state.header(), seed=seed))
     state.mark_stored()
     for step in ("a", "b"):  # two steps, each a long staged message and a long staged output
         call = ToolUseBlock(id=step, name="read", input={"file_path": f"{step}.txt"})
@@ -450,7 +450,8 @@ async def test_a_save_that_catches_up_unstages_only_its_newest_entry(tmp_path: P
     assert {s.kind for s in staged} == {"message", "tool_result"} and staged[0].key == "0"
     entries = (older, newest.model_copy(update={"delta": wire}))
     await env.run(
-        acts.save_checkpoint, SaveCheckpointInput(run_id=state.plan.run_id, entries=entries, staged=staged)
+        acts.run_logs.save_checkpoint,
+        SaveCheckpointInput(run_id=state.plan.run_id, entries=entries, staged=staged),
     )
     folded = RunLog(state.plan.run_id)
     folded.apply_all(await store.read_log(state.plan.run_id, 0, 10))

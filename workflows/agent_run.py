@@ -9,9 +9,10 @@ and only then asks the model again.
 
 This module holds the handlers and the loop: a model step, and each tool call
 with its permission (allow, deny, or ask a person and wait), so a prompt and a
-tool output can be followed here. Its collaborators: ``starting.py`` (start,
+tool output can be followed here; the run's ``LoopState`` is held here too, and the
+queries read it. Its collaborators: ``starting.py`` (start,
 resume, continue as new), ``log_keeper.py`` (the run's log and its boundaries),
-``presence.py`` (details and search attributes), ``approvals.py`` (the calls
+``display.py`` (details and search attributes), ``approvals.py`` (the calls
 waiting for a decision), ``calls.py`` (activities and the cancel), ``ending.py``
 (how a run closes, a cancelled one in the Canceled state).
 """
@@ -91,6 +92,7 @@ from durable_agent.workflows.context_keeper import (
     is_overflow,
     model_pending,
 )
+from durable_agent.workflows.display import EXECUTING, RunDisplay
 from durable_agent.workflows.ending import Ending
 from durable_agent.workflows.log_keeper import LogKeeper
 from durable_agent.workflows.metrics import (
@@ -99,7 +101,6 @@ from durable_agent.workflows.metrics import (
     invalid_tool_call,
     tool_call_refused,
 )
-from durable_agent.workflows.presence import EXECUTING, Presence
 from durable_agent.workflows.shell_gate import decide_call
 from durable_agent.workflows.starting import Starter
 
@@ -119,10 +120,12 @@ class AgentRun:
     def __init__(self) -> None:
         self._cancellation = Cancellation()
         self._calls = CallRunner(self._cancellation)
-        self._presence = Presence(self._cancellation)
-        self._log = LogKeeper(self._calls, self._presence)
-        self._context = ContextKeeper(self._calls, self._presence, self._log)
-        self._starter = Starter(self._calls, self._presence, self._log, self._cancellation)
+        # the run's state, once it has one (``Starter`` hands it over): what the queries read
+        self._state: LoopState | None = None
+        self._display = RunDisplay(self._cancellation)
+        self._log = LogKeeper(self._calls, self._display)
+        self._context = ContextKeeper(self._calls, self._display, self._log)
+        self._starter = Starter(self._calls, self._display, self._log, self._cancellation, self._attach)
         self._approvals = ApprovalBook()
         self._ending = Ending(self._calls, self._cancellation)
         self._admission = Admission()  # what updates may bring (``admission.py``)
@@ -133,6 +136,10 @@ class AgentRun:
         self._prompt: str | None = None
         self._end_requested = False
         self._ended = False
+
+    def _attach(self, state: LoopState) -> None:
+        """From now on the queries and updates read ``state`` (set before the run's log opens)."""
+        self._state = state
 
     # --- handlers -----------------------------------------------------------
 
@@ -151,7 +158,7 @@ class AgentRun:
     def _validate_approve(self, decision: ApprovalDecision) -> None:
         # rejected here, an unknown or repeated decision never reaches the history
         self._approvals.check(decision)
-        state = self._presence.state
+        state = self._state
         if state is not None:
             self._admission.history_room(state.plan.limits, len(decision.reason or ""))
 
@@ -164,7 +171,7 @@ class AgentRun:
     def prompt(self, prompt: FollowUpPrompt) -> PromptAccepted:
         """The next prompt of a run that waits for one: its next turn starts."""
         self._prompt = prompt.text
-        state = self._presence.state
+        state = self._state
         return PromptAccepted(after_sequence=state.event_count if state is not None else 0)
 
     @prompt.validator
@@ -178,7 +185,7 @@ class AgentRun:
                 f"the run is not waiting for a prompt ({why}): use `steer` to add a message "
                 "the model sees at its next request"
             )
-        state = self._presence.state
+        state = self._state
         if state is not None:
             size = self._admission.message(prompt.text, state.plan.limits, "prompt")
             self._admission.history_room(state.plan.limits, size)
@@ -186,14 +193,14 @@ class AgentRun:
     @workflow.update(name=UPDATE_STEER)
     def steer(self, message: SteerMessage) -> SteerAccepted:
         """A user message the model sees at its next request; the call in flight goes on."""
-        state = self._presence.state
+        state = self._state
         assert state is not None
         self._admission.queued(message.text)
         return SteerAccepted(queued=state.queue_user_text(message.text, "steer"))
 
     @steer.validator
     def _validate_steer(self, message: SteerMessage) -> None:
-        state, admission = self._presence.state, self._admission
+        state, admission = self._state, self._admission
         if self._ended:
             raise ValueError("the run has ended")
         if state is None:
@@ -206,7 +213,7 @@ class AgentRun:
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> RunStatusView:
-        state = self._presence.state
+        state = self._state
         if state is None:
             starter = self._starter
             return RunStatusView(
@@ -221,14 +228,14 @@ class AgentRun:
     @workflow.query(name=QUERY_EVENTS)
     def events(self, after_sequence: int = 0) -> list[EventRecord]:
         """The run's events with a sequence above ``after_sequence``, for followers."""
-        state = self._presence.state
+        state = self._state
         return state.events_after(after_sequence) if state is not None else []
 
     @workflow.query(name=QUERY_RESULT)
     def final_result(self) -> AgentRunResult | None:
         """The ended run's result, whatever state it ended in (None until its end): a cancelled
         run ends Canceled, with no result of Temporal's to read."""
-        state = self._presence.state
+        state = self._state
         return state.result() if self._ended and state is not None else None
 
     # --- the run ------------------------------------------------------------
@@ -274,8 +281,8 @@ class AgentRun:
             )
         state.finish(final, now_ms(), error)
         await self._log.finish(state)
-        self._presence.status(final)
-        self._presence.details(f"**{final}**" + (f": {error}" if error else ""))
+        self._display.status(final)
+        self._display.details(f"**{final}**" + (f": {error}" if error else ""), state)
         # its record and last export kept: a cancelled run closes Canceled (``ending.py``)
         await self._ending.close(final == "cancelled", error, state.plan.timeouts)
         return state.result()
@@ -333,13 +340,14 @@ class AgentRun:
         timeout = state.plan.idle_timeout_seconds
         await self._log.keep(state)
         self._awaiting_prompt = True
-        self._presence.status(AWAITING_PROMPT)
+        self._display.status(AWAITING_PROMPT)
         wid = workflow.info().workflow_id
         idle = f" (it closes after {timeout:g} s without one)" if timeout else ""
-        self._presence.details(
+        self._display.details(
             f"waiting for the next prompt{idle}\n\n"
             f'continue with `durable-agent chat {wid}` or `durable-agent prompt {wid} "…"`; '
-            f"close with `durable-agent end {wid}`"
+            f"close with `durable-agent end {wid}`",
+            state,
         )
         try:
             await workflow.wait_condition(
@@ -358,7 +366,7 @@ class AgentRun:
             return False
         state.queue_user_text(prompt, "follow_up")
         self._admission.queued(prompt)
-        self._presence.status(EXECUTING)
+        self._display.status(EXECUTING)
         return True
 
     async def _run_calls(self, state: LoopState, calls: list[ToolUseBlock]) -> None:
@@ -382,7 +390,7 @@ class AgentRun:
         ``overflow``: how many times the provider refused this request as too large."""
         plan = state.plan
         await self._context.prepare(state, overflow)
-        self._presence.details(f"asking {plan.model}")
+        self._display.details(f"asking {plan.model}", state)
         pending = model_pending(state)  # the model reads no events but the view's
         try:
             return await self._log.reading_log(
@@ -425,7 +433,7 @@ class AgentRun:
             state.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=reason), now_ms())
             return ToolOutput(content=reason, is_error=True)
         summary = call_summary(call, target)
-        self._presence.details(f"running `{summary}`")
+        self._display.details(f"running `{summary}`", state)
         inline = ToolCallInput(
             run_id=plan.run_id,
             workspace=plan.workspace,
@@ -506,12 +514,13 @@ class AgentRun:
             ),
             now_ms(),
         )
-        self._presence.status(AWAITING_APPROVAL)
+        self._display.status(AWAITING_APPROVAL)
         wid = workflow.info().workflow_id
-        self._presence.details(
+        self._display.details(
             f"waiting for approval of `{call_summary(call, target)}` (call `{call.id}`, step "
             f"{request.step}, arguments `{request.arguments_digest}`)\n\n"
-            f"decide with `durable-agent approve {wid} {call.id}` or `durable-agent deny {wid} {call.id}`"
+            f"decide with `durable-agent approve {wid} {call.id}` or `durable-agent deny {wid} {call.id}`",
+            state,
         )
         timed_out = False
         try:
@@ -528,7 +537,7 @@ class AgentRun:
         # workflow command may be made then
         decision = self._approvals.close(call.id)
         approval_decided(call.name, decision.approved if decision else None, timed_out=timed_out)
-        self._presence.status(EXECUTING)
+        self._display.status(EXECUTING)
         self._cancellation.check()
         approved = decision is not None and decision.approved
         given = decision.reason if decision else f"no decision within {timeout:g} s"

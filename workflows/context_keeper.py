@@ -33,8 +33,8 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.run_log import LogDelta
 
 from durable_agent.workflows.calls import CallRunner, RunFailed, now_ms
+from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.log_keeper import LogKeeper
-from durable_agent.workflows.presence import Presence
 
 # How many times a request the provider found too large is compacted harder and made again.
 MAX_OVERFLOW_RETRIES = len(OVERFLOW_TARGETS)
@@ -56,9 +56,9 @@ def model_pending(state: LoopState) -> LogDelta:
 class ContextKeeper:
     """Compacts the model's view of the conversation before a request that would not fit."""
 
-    def __init__(self, calls: CallRunner, presence: Presence, log: LogKeeper) -> None:
+    def __init__(self, calls: CallRunner, display: RunDisplay, log: LogKeeper) -> None:
         self._calls = calls
-        self._presence = presence
+        self._display = display
         self._log = log
 
     async def prepare(self, state: LoopState, overflow: int = 0) -> None:
@@ -78,7 +78,7 @@ class ContextKeeper:
             if overflow > 0 or estimate > policy.usable:
                 self._fail(state, ledger, policy, fixed, estimate)
             return
-        self._presence.details(f"compacting the conversation ({size} of {policy.window} tokens)")
+        self._display.details(f"compacting the conversation ({size} of {policy.window} tokens)", state)
         summary: CompactOutput | None = None
         failed: str | None = None
         if plan.summarize_upto is not None:

@@ -43,8 +43,8 @@ from durable_agent.workflows.calls import (
     missing_state,
     now_ms,
 )
+from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.patches import CHECKPOINT_COMPLETES_PATCH, ONE_CHECKPOINT_PATCH, SAME_BYTES_PATCH
-from durable_agent.workflows.presence import Presence
 
 T = TypeVar("T")
 
@@ -75,9 +75,9 @@ def lost(state: LoopState, message: str) -> NoReturn:
 class LogKeeper:
     """Opening, saving, exporting, restoring and finishing the run's log."""
 
-    def __init__(self, calls: CallRunner, presence: Presence) -> None:
+    def __init__(self, calls: CallRunner, display: RunDisplay) -> None:
         self._calls = calls
-        self._presence = presence
+        self._display = display
 
     async def open(self, state: LoopState) -> None:
         """Write the run's header and first log entry; the store names the session's ended runs."""
@@ -111,7 +111,7 @@ class LogKeeper:
             await self._checkpoint(state, at_ms)
             return
         await self.save(state)
-        self._presence.details(f"exporting turn {turn}")
+        self._display.details(f"exporting turn {turn}", state)
         sent = state.head
         export = ExportInput(sink=plan.export_sink, log=sent, facts=state.export_facts(now_ms()))
         try:
@@ -130,7 +130,7 @@ class LogKeeper:
         """The boundary as one local activity: the save (when there is something to save),
         then the export. A store without the state gets it again from this history, once."""
         plan, turn = state.plan, state.turn
-        self._presence.details(f"checkpoint turn {turn}")
+        self._display.details(f"checkpoint turn {turn}", state)
         # a boundary whose time the history does not fix (a call that never ran) is an ordinary
         # activity, its input recorded: a worker that dies in it leaves a retry that builds the
         # same bytes. After a tool activity it stays local, stamped with the activity's own time.
@@ -223,7 +223,7 @@ class LogKeeper:
                     f"run {state.plan.run_id}: its state before log version {state.seed.version} is in "
                     "neither the session store nor an export it could be read from",
                 )
-        self._presence.details(f"restoring the run's log in the store ({len(entries)} entries)")
+        self._display.details(f"restoring the run's log in the store ({len(entries)} entries)", state)
         try:
             for index, batch in enumerate(batches(entries)):
                 await self._calls.run(

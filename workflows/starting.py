@@ -11,6 +11,7 @@ continue-as-new.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -45,9 +46,9 @@ with workflow.unsafe.imports_passed_through():
 from durable_agent.workflows import legacy
 from durable_agent.workflows.admission import json_size
 from durable_agent.workflows.calls import CallRunner, Cancellation, RunFailed, now_ms
+from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.log_keeper import LogKeeper
 from durable_agent.workflows.patches import BOUNDED_PROMPT_PATCH
-from durable_agent.workflows.presence import Presence
 
 # Before the plan exists the worker's timeouts are not known: the activities that make it
 # (resolve, read an export file) have fixed options, whatever timeouts they are given.
@@ -58,10 +59,16 @@ class Starter:
     """Starts the run, continues it as new, and knows who it is before its state exists."""
 
     def __init__(
-        self, calls: CallRunner, presence: Presence, log: LogKeeper, cancellation: Cancellation
+        self,
+        calls: CallRunner,
+        display: RunDisplay,
+        log: LogKeeper,
+        cancellation: Cancellation,
+        attach: Callable[[LoopState], None],
     ) -> None:
         self._calls = calls
-        self._presence = presence
+        self._display = display
+        self._attach = attach  # hands the run's state to ``AgentRun``, whose queries read it
         self._log = log
         self._cancellation = cancellation
         self._input: AgentRunInput | None = None
@@ -101,8 +108,8 @@ class Starter:
         info = workflow.info()
         self.session_id = run_input.session_id or info.workflow_id
         self.run_id = info.first_execution_run_id
-        self._presence.started(self.session_id)
-        self._presence.details("resolving the run against the worker config")
+        self._display.started(self.session_id)
+        self._display.details("resolving the run against the worker config", None)
         resume = run_input.resume_payload()
         point = await self._read_resume(run_input.resume_from_file) if run_input.resume_from_file else None
         plan = await self._resolve(run_input, resume, point)
@@ -125,7 +132,7 @@ class Starter:
         logical = resume.logical_resume if resume is not None else None
         if legacy.before_linear_history():
             state = await legacy.start_from_session(self._calls, plan, logical)
-            self._presence.attach(state)
+            self._attach(state)
             return state
         # a resumed run sees its source's newest view, and knows its last usage report
         context = ContextLedger.seeded((), resume.source_run().events) if resume is not None else None
@@ -135,13 +142,13 @@ class Starter:
                 ToolsUnavailableEvent(server=refused.server, tools=refused.tools, reason=refused.reason),
                 now_ms(),
             )
-        self._presence.attach(state)
+        self._attach(state)
         await self._log.open(state)
         return state
 
     async def _read_resume(self, path: str) -> ResumePoint:
         """Validate the export file on the worker; its conversation stays there until the run opens."""
-        self._presence.details(f"reading the export to resume from: `{path}`")
+        self._display.details(f"reading the export to resume from: `{path}`", None)
         try:
             return await self._calls.run(
                 READ_RESUME,
@@ -205,7 +212,7 @@ class Starter:
         """A usage error: the workflow fails at once, before any model call, with ``message``
         (an ``ApplicationError`` of type ``kind``)."""
         self.pre_status, self.pre_error = "failed", message
-        self._presence.status("failed")
+        self._display.status("failed")
         raise ApplicationError(message, type=kind, non_retryable=True)
 
     # --- continuing as new ----------------------------------------------------
@@ -214,11 +221,11 @@ class Starter:
         """The same run, in the execution it continued as new into."""
         self.session_id, self.run_id = carried.plan.session_id, carried.plan.run_id
         self.executions = carried.executions
-        self._presence.started(self.session_id)
+        self._display.started(self.session_id)
         state = LoopState.restore(carried)
-        self._presence.attach(state)
-        self._presence.details(
-            f"continued as new (execution {carried.executions + 1}) at turn {carried.turn}"
+        self._attach(state)
+        self._display.details(
+            f"continued as new (execution {carried.executions + 1}) at turn {carried.turn}", state
         )
         return state
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from durable_agent.core.export import RunRecord
 from durable_agent.core.run_log import GENESIS, LogEntry, LogRef, RunHeader, StateMissing
@@ -147,6 +147,30 @@ class SessionStore(Protocol):
             The records saved for the session, ordered by creation time
                 (``snapshot.created_at_ms``), then run id; empty for an unknown session.
         """
+        ...
+
+
+@runtime_checkable
+class Connectable(Protocol):
+    """A part that opens connections (a PostgreSQL store or sink): ``AgentActivities.connect``
+    opens them at a worker's start, so bad credentials fail there, not at a run's first step."""
+
+    async def connect(self) -> None:
+        """Open the connections now and check they can be used.
+
+        Raises:
+            OSError: The service is not reachable (yet), or did not answer in time.
+        """
+        ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """A part that holds what must be released (a connection pool, a server process): a
+    store, a sink, a model provider or the MCP servers. ``AgentActivities.aclose`` closes it."""
+
+    async def aclose(self) -> None:
+        """Release what the part holds; it is not used afterwards."""
         ...
 
 

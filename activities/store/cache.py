@@ -23,7 +23,7 @@ CACHED_RUNS = 256
 CACHED_BYTES = 256 * 1024 * 1024
 
 
-class RunStates:
+class RunLogCache:
     """The session store's runs, with the newest folded logs cached."""
 
     def __init__(self, store: SessionStore, capacity: int = CACHED_RUNS, budget: int = CACHED_BYTES) -> None:

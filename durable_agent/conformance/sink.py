@@ -21,9 +21,8 @@ failed export.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol, runtime_checkable
 
-from durable_agent.activities.sinks import ExportSink, SinkError
+from durable_agent.activities.sinks import ExportSink, FetchingSink, PartedSink, SinkError
 from durable_agent.conformance.base import Check, CheckSkipped, Factory, fresh, run_checks
 from durable_agent.conformance.store import header, rich_chain
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
@@ -59,20 +58,6 @@ def sample_parted(run_id: str = "conformance-run", session_id: str = SESSION) ->
         log.apply(entry)
         out.append(build_parted(encoder, export_payload(header(run_id, session_id), log, (), _facts(turn))))
     return out
-
-
-@runtime_checkable
-class PartsSink(ExportSink, Protocol):
-    """A sink that also takes exports as parts (``durable_agent.activities.sinks.PartedSink``)."""
-
-    async def deliver_parts(self, export: PartedExport) -> None: ...
-
-
-@runtime_checkable
-class FetchingSink(ExportSink, Protocol):
-    """A sink that can also give an export back (what a continued run recovers from)."""
-
-    async def fetch(self, descriptor: ExportDescriptor) -> SessionCheckpointExportV1 | None: ...
 
 
 def _fetcher(sink: ExportSink) -> Callable[[ExportDescriptor], Awaitable[SessionCheckpointExportV1 | None]]:
@@ -143,7 +128,7 @@ async def exports_are_kept_apart(sink: ExportSink) -> None:
 
 async def exports_delivered_as_parts_come_back_whole(sink: ExportSink) -> None:
     """A run's successive exports, delivered as parts (twice each), come back whole."""
-    if not isinstance(sink, PartsSink):
+    if not isinstance(sink, PartedSink):
         raise CheckSkipped("the sink has no deliver_parts")
     _fetcher(sink)
     parted = sample_parted()
@@ -216,8 +201,6 @@ async def check_sink(
 
 __all__ = [
     "SINK_CHECKS",
-    "FetchingSink",
-    "PartsSink",
     "check_failing_sink",
     "check_sink",
     "sample_export",

@@ -1,7 +1,7 @@
-"""How an ``AgentRun`` shows itself outside: the UI's current details, the search
-attributes ``AgentSessionId`` and ``AgentRunStatus`` (which ``durable-agent runs`` and
-``approvals`` list runs by), and the state its queries read, from the moment it exists
-(before the run's log is opened).
+"""How an ``AgentRun`` shows itself outside: the UI's current details (with the counters
+of the run's ``LoopState``, which ``AgentRun`` holds and hands in) and the search attributes
+``AgentSessionId`` and ``AgentRunStatus`` (which ``durable-agent runs`` and ``approvals``
+list runs by).
 
 The details are not commands; each search attribute upsert is one, in the order
 recorded histories hold them, so where the workflow calls these matters.
@@ -24,17 +24,12 @@ RUN_STATUS_KEY = SearchAttributeKey.for_keyword(SA_RUN_STATUS)
 EXECUTING = "executing"
 
 
-class Presence:
-    """The run's current details and search attributes, and its state once it has one."""
+class RunDisplay:
+    """The run's current details and search attributes: what the UI and ``runs`` show of it."""
 
     def __init__(self, cancellation: Cancellation) -> None:
         self._cancellation = cancellation
-        self.state: LoopState | None = None
         self._shown = EXECUTING  # the status search lists the run by
-
-    def attach(self, state: LoopState) -> None:
-        """From now on the queries read ``state``, and the details show its counters and prompt."""
-        self.state = state
 
     def started(self, session_id: str) -> None:
         """A run (or an execution it continued as new into) is under way in ``session_id``."""
@@ -47,9 +42,9 @@ class Presence:
         self._shown = status
         workflow.upsert_search_attributes([RUN_STATUS_KEY.value_set(status)])
 
-    def details(self, line: str) -> None:
-        """The UI's current details: what the run is doing now, and its counters."""
-        state = self.state
+    def details(self, line: str, state: LoopState | None) -> None:
+        """The UI's current details: what the run is doing now, and the counters and prompt
+        of its ``state`` (``None`` before the run has one)."""
         prompt = (state.plan.prompt if state else "")[:200]
         head, _, rest = line.partition("\n\n")
         parts = [head if head.startswith("**") else f"**{head}**", *([rest] if rest else [])]
