@@ -7,10 +7,10 @@ the activities, each in a module named for what it does:
 - ``model_calls`` (``activities/model_call.py``): ``agent.model_call``, the model step;
 - ``compactions`` (``activities/compaction.py``): ``agent.compact``, a summary of older turns;
 - ``tool_calls`` (``activities/tool_call.py``): ``agent.tool_call``;
-- ``run_logs`` (``activities/run_log.py``): ``agent.open_run``, ``agent.read_resume``,
+- ``run_logs`` (``activities/checkpointing.py``): ``agent.open_run``, ``agent.read_resume``,
   ``agent.checkpoint``, ``agent.save_checkpoint``, ``agent.export_checkpoint`` and
   ``agent.finish_run``;
-- ``legacy`` (``activities/legacy.py``): ``agent.load_session``, for runs started before
+- ``legacy`` (``activities/legacy_sessions.py``): ``agent.load_session``, for runs started before
   linear history. (``agent.model_call``, ``agent.save_checkpoint``,
   ``agent.export_checkpoint`` and ``agent.finish_run`` also take the inputs of that time,
   each in its live method; that module lists them.)
@@ -24,24 +24,24 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 
+from durable_agent.activities.checkpointing import RunLogs
 from durable_agent.activities.compaction import Compactions
-from durable_agent.activities.legacy import LegacySessions
+from durable_agent.activities.legacy_sessions import LegacySessions
 from durable_agent.activities.mcp.catalog import McpCatalog
 from durable_agent.activities.model_call import ModelCalls
 from durable_agent.activities.plan import RunPlanner
-from durable_agent.activities.providers.base import ModelProvider
+from durable_agent.activities.providers.model_provider import ModelProvider
 from durable_agent.activities.providers.registry import build_providers
 from durable_agent.activities.redact import Redactor
 from durable_agent.activities.run_control import request_cancel
-from durable_agent.activities.run_log import RunLogs
 from durable_agent.activities.sinks import ExportSink, FilesystemExportSink
-from durable_agent.activities.store.base import Closable, Connectable, SessionStore
 from durable_agent.activities.store.cache import RunLogCache
 from durable_agent.activities.store.filesystem import FilesystemSessionStore
+from durable_agent.activities.store.session_store import Closable, Connectable, SessionStore
 from durable_agent.activities.tool_call import ToolCalls
-from durable_agent.activities.tools.base import Tool
 from durable_agent.activities.tools.registry import builtin_tools
 from durable_agent.activities.tools.sandbox import sandbox_settings
+from durable_agent.activities.tools.tool import Tool
 from durable_agent.config import (
     AgentConfig,
     PostgresSinkConfig,

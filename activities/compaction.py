@@ -14,7 +14,7 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.model_call import ModelCalls, provider_failure
 from durable_agent.activities.providers.anthropic_wire import thinking_budget
-from durable_agent.activities.providers.base import ProviderError
+from durable_agent.activities.providers.model_provider import ProviderError
 from durable_agent.activities.support import heartbeating, usage_error
 from durable_agent.config import (
     AgentConfig,

@@ -3,7 +3,7 @@ answer checked, redacted, bounded and staged.
 
 ``ModelCalls.model_call`` is ``agent.model_call``. It also takes the whole-conversation input
 (``ModelCallInput``) that workers before linear history queued, and hands it to the legacy
-adapter beside it, ``answer`` (``activities/legacy.py`` lists the legacy inputs and when they go).
+adapter beside it, ``answer`` (``activities/legacy_sessions.py`` lists the legacy inputs and when they go).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.mcp.catalog import McpCatalog
-from durable_agent.activities.providers.base import ModelProvider, ProviderError
+from durable_agent.activities.providers.model_provider import ModelProvider, ProviderError
 from durable_agent.activities.redact import Redactor
 from durable_agent.activities.staging import filled_images, stage
-from durable_agent.activities.store.base import SessionStore
 from durable_agent.activities.store.cache import RunLogCache
+from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
 from durable_agent.core.activity_api import MODEL_CALL, ModelCallInput, ModelStepInput
 from durable_agent.core.canonical import canonical_bytes

@@ -10,10 +10,10 @@ from temporalio import activity
 
 from durable_agent.activities.compaction import context_policy
 from durable_agent.activities.mcp.catalog import McpCatalog
-from durable_agent.activities.providers.base import ModelProvider
+from durable_agent.activities.providers.model_provider import ModelProvider
 from durable_agent.activities.sinks import ExportSink
 from durable_agent.activities.support import usage_error
-from durable_agent.activities.tools.base import Tool
+from durable_agent.activities.tools.tool import Tool
 from durable_agent.config import AgentConfig, ModelPrices, model_prices
 from durable_agent.core.activity_api import RESOLVE_RUN, ResolveInput
 from durable_agent.core.canonical import canonical_bytes

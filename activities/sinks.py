@@ -16,7 +16,7 @@ from durable_agent.activities.sink_files import (
     write_parted,
 )
 from durable_agent.activities.sink_manifest import HeaderCache
-from durable_agent.activities.store.base import legacy_name, safe_name
+from durable_agent.activities.store.session_store import legacy_name, safe_name
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
 from durable_agent.core.export_parts import PartedExport

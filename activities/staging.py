@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from durable_agent.activities.store.base import SessionStore
+from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.core.images import referenced_digests, with_image_data
 from durable_agent.core.models import ImageBlock, Message
 from durable_agent.core.run_log import STAGE_MIN_BYTES, text_digest

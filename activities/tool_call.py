@@ -13,10 +13,10 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.redact import Redactor
 from durable_agent.activities.staging import stage, stage_images, staged_text
-from durable_agent.activities.store.base import SessionStore
+from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.activities.support import heartbeating, state_missing
-from durable_agent.activities.tools.base import Tool, ToolContent, ToolFailure
 from durable_agent.activities.tools.path_guard import READ_DENIED, check_resolved, read_denier
+from durable_agent.activities.tools.tool import Tool, ToolContent, ToolFailure
 from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
 from durable_agent.core.models import ImageBlock, Message
 from durable_agent.core.run_log import StateMissing

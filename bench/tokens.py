@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from durable_agent.activities.providers.base import TextSink
 from durable_agent.activities.providers.http_errors import Failures
+from durable_agent.activities.providers.model_provider import TextSink
 from durable_agent.activities.providers.openai import request_body
 from durable_agent.config import OpenAIProviderConfig
 from durable_agent.core.activity_api import ModelCallInput

@@ -37,12 +37,16 @@ from durable_agent.core.activity_api import (
     ToolCallInput,
     ToolOutput,
 )
-from durable_agent.core.legacy import LegacyExportInput, LegacyFinishRunInput, LegacySaveCheckpointInput
+from durable_agent.core.legacy_shapes import (
+    LegacyExportInput,
+    LegacyFinishRunInput,
+    LegacySaveCheckpointInput,
+)
 from durable_agent.core.models import ModelResponse
 from tests.helpers import final, scripted_config
 
 # What an activity may accept besides its declared input: the shapes workers before linear
-# history scheduled under the same name (``activities/legacy.py``).
+# history scheduled under the same name (``activities/legacy_sessions.py``).
 LEGACY_INPUTS: frozenset[Any] = frozenset(
     {ModelCallInput, LegacySaveCheckpointInput, LegacyExportInput, LegacyFinishRunInput}
 )

@@ -14,7 +14,7 @@ from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers import ModelProvider, TextSink
-from durable_agent.activities.providers.base import ProviderError
+from durable_agent.activities.providers.model_provider import ProviderError
 from durable_agent.activities.sinks import FilesystemExportSink
 from durable_agent.client import resume_run
 from durable_agent.config import AgentConfig, parse_config

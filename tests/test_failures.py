@@ -93,8 +93,8 @@ def _looks_like_failure_type(text: str) -> bool:
 
 def _names_not_types(tree: ast.AST) -> set[int]:
     """The ids of the string constants that are text or names, not failure types: those that
-    stand alone as statements (docstrings) and those of ``__all__`` (a class may share a
-    failure type's name)."""
+    stand alone as statements (docstrings) and those of ``__all__`` and of the package's table
+    of where each public name lives, ``_WHERE`` (a class may share a failure type's name)."""
     ids = {
         id(stmt.value)
         for stmt in ast.walk(tree)
@@ -103,7 +103,7 @@ def _names_not_types(tree: ast.AST) -> set[int]:
     for stmt in ast.walk(tree):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
         if isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign) and any(
-            isinstance(t, ast.Name) and t.id == "__all__" for t in targets
+            isinstance(t, ast.Name) and t.id in {"__all__", "_WHERE"} for t in targets
         ):
             ids.update(id(c) for c in ast.walk(stmt) if isinstance(c, ast.Constant))
     return ids
@@ -273,11 +273,11 @@ PUBLIC_ERRORS = {
     "durable_agent.core.permissions.InvalidRule": ValueError,
     "durable_agent.core.run_log.StateMissing": Exception,
     "durable_agent.core.tool_specs.ToolCallError": ValueError,
-    "durable_agent.conformance.base.ConformanceError": AssertionError,
+    "durable_agent.conformance.checks.ConformanceError": AssertionError,
     "durable_agent.activities.sink_manifest.ManifestError": ValueError,
     "durable_agent.activities.sinks.SinkError": Exception,
-    "durable_agent.activities.providers.base.ProviderError": Exception,
-    "durable_agent.activities.tools.base.ToolFailure": Exception,
+    "durable_agent.activities.providers.model_provider.ProviderError": Exception,
+    "durable_agent.activities.tools.tool.ToolFailure": Exception,
     "durable_agent.activities.store.pg_schema.SchemaTooNew": RuntimeError,
     "durable_agent.activities.store.postgres.PostgresConnectError": RuntimeError,
     "durable_agent.worker.StorageUnusable": Exception,
@@ -292,7 +292,7 @@ INTERNAL_EXCEPTIONS = {
     "durable_agent.activities.mcp.connection.McpUnavailable",  # the server's tools are unavailable
     "durable_agent.activities.mcp.session.ConnectFailed",  # becomes McpUnavailable
     "durable_agent.activities.tools.sandbox_limits.SandboxUnavailable",  # the bash call's output
-    "durable_agent.conformance.base.CheckSkipped",  # a check that does not apply: not an error
+    "durable_agent.conformance.checks.CheckSkipped",  # a check that does not apply: not an error
 }
 
 

@@ -12,8 +12,8 @@ from typing import Any
 from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
-from durable_agent.activities.tools.base import ToolContent
 from durable_agent.activities.tools.fs import read
+from durable_agent.activities.tools.tool import ToolContent
 from durable_agent.config import AgentConfig
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.export import SessionCheckpointExportV1

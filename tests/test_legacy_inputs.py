@@ -21,7 +21,11 @@ from temporalio.testing import ActivityEnvironment
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.store import MemorySessionStore
-from durable_agent.core.legacy import LegacyExportInput, LegacyFinishRunInput, LegacySaveCheckpointInput
+from durable_agent.core.legacy_shapes import (
+    LegacyExportInput,
+    LegacyFinishRunInput,
+    LegacySaveCheckpointInput,
+)
 from durable_agent.core.models import ModelResponse
 from tests.helpers import RecordingSink, final, scripted_config
 

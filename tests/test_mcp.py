@@ -21,7 +21,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent.activities import AgentActivities
-from durable_agent.activities.providers.base import ModelProvider, TextSink
+from durable_agent.activities.providers.model_provider import ModelProvider, TextSink
 from durable_agent.activities.providers.registry import build_providers
 from durable_agent.client import resume_run, run_result
 from durable_agent.config import AgentConfig

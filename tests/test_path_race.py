@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from durable_agent.activities.tools.base import ToolContent, ToolFailure
 from durable_agent.activities.tools.fs import edit, ls, read, write
 from durable_agent.activities.tools.path_guard import check_resolved
+from durable_agent.activities.tools.tool import ToolContent, ToolFailure
 from durable_agent.core.activity_api import ToolCallInput
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.tool_args import EditArgs, LsArgs, ReadArgs, WriteArgs

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from durable_agent.activities.tools import ToolFailure, builtin_tools
-from durable_agent.activities.tools.base import confine, text_of
+from durable_agent.activities.tools.tool import confine, text_of
 from durable_agent.config import ConfigError, FilesystemSinkConfig, ScriptedProviderConfig, load_config
 from durable_agent.core.permissions import InvalidRule, PermissionPolicy, parse_rule
 from durable_agent.core.tool_args import READ_MAX_BYTES

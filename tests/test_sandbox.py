@@ -25,7 +25,7 @@ from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools import ToolFailure, builtin_tools, sandbox
-from durable_agent.activities.tools.base import text_of
+from durable_agent.activities.tools.tool import text_of
 from durable_agent.client import run_result, start_run
 from durable_agent.config import ConfigError, SandboxConfig, load_config
 from durable_agent.core.run_api import AgentRunInput

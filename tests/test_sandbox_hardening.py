@@ -26,8 +26,8 @@ import pytest
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools import ToolFailure, sandbox, sandbox_limits
-from durable_agent.activities.tools.base import text_of
 from durable_agent.activities.tools.sandbox_limits import CGROUP_PARENT, _pids_hierarchies
+from durable_agent.activities.tools.tool import text_of
 from durable_agent.config import ConfigError, SandboxConfig, load_config
 from durable_agent.core.tool_specs import validate_args
 from tests.helpers import final, scripted_config

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from durable_agent.activities.tools import search as tools_search
-from durable_agent.activities.tools.base import ToolFailure
 from durable_agent.activities.tools.path_guard import READ_DENIED, check_resolved, read_denier
 from durable_agent.activities.tools.search import glob, grep
+from durable_agent.activities.tools.tool import ToolFailure
 from durable_agent.core.activity_api import ToolCallInput
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.tool_specs import BUILTIN_TOOLS, validate_args

@@ -21,7 +21,7 @@ from temporalio.client import Client
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools import Tool, ToolFailure, builtin_tools
 from durable_agent.activities.tools import search as tools_search
-from durable_agent.activities.tools.base import stoppable, text_of
+from durable_agent.activities.tools.tool import stoppable, text_of
 from durable_agent.client import run_result
 from durable_agent.core.models import ToolResultBlock
 from durable_agent.core.run_api import RunStatusView

@@ -18,9 +18,9 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.pg_sink import PostgresExportSink
 from durable_agent.activities.sink_files import ManifestError, read_export_file
 from durable_agent.activities.sinks import FilesystemExportSink
-from durable_agent.activities.store.base import NAME_MAX, safe_name
 from durable_agent.activities.store.filesystem import FilesystemSessionStore
 from durable_agent.activities.store.pg_schema import migrate
+from durable_agent.activities.store.session_store import NAME_MAX, safe_name
 from durable_agent.config import PostgresStoreConfig
 from durable_agent.core.export import EncodingError
 from durable_agent.worker import StorageUnusable, connect_storage

@@ -19,8 +19,8 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools import Tool, ToolFailure, builtin_tools
 from durable_agent.activities.tools import bash as tools_bash
 from durable_agent.activities.tools import search as tools_search
-from durable_agent.activities.tools.base import text_of
 from durable_agent.activities.tools.bash import _group_alive
+from durable_agent.activities.tools.tool import text_of
 from durable_agent.client import run_result
 from durable_agent.config import SandboxConfig
 from durable_agent.core.models import ToolResultBlock

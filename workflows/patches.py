@@ -59,7 +59,7 @@ LEDGER: tuple[Patch, ...] = (
         changes=(
             "a new run appends what is new to a log in the session store, opened by agent.open_run; "
             "runs started before load their session's ended runs (agent.load_session) and carry "
-            "their conversation whole (workflows/legacy.py, durable_agent.core.legacy)"
+            "their conversation whole (workflows/legacy_start.py, durable_agent.core.legacy_shapes)"
         ),
         asked="at a new run's start (Starter.start); not in an execution continued as new",
         histories=(

@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.plan import RunPlan, Timeouts
     from durable_agent.core.run_api import AgentRunInput, CarriedState, RunInputJson
 
-from durable_agent.workflows import legacy
+from durable_agent.workflows import legacy_start
 from durable_agent.workflows.admission import json_size
 from durable_agent.workflows.calls import CallRunner, Cancellation, RunFailed, now_ms
 from durable_agent.workflows.display import RunDisplay
@@ -130,8 +130,8 @@ class Starter:
                     INPUT_TOO_LARGE,
                 )
         logical = resume.logical_resume if resume is not None else None
-        if legacy.before_linear_history():
-            state = await legacy.start_from_session(self._calls, plan, logical)
+        if legacy_start.before_linear_history():
+            state = await legacy_start.start_from_session(self._calls, plan, logical)
             self._attach(state)
             return state
         # a resumed run sees its source's newest view, and knows its last usage report

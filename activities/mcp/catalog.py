@@ -31,7 +31,7 @@ from durable_agent.activities.mcp.connection import (
     McpToolInfo,
     McpUnavailable,
 )
-from durable_agent.activities.tools.base import Tool, ToolContent, ToolFailure
+from durable_agent.activities.tools.tool import Tool, ToolContent, ToolFailure
 from durable_agent.config import McpServerConfig
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.json_limits import JsonLimitError, check_value

@@ -1,7 +1,7 @@
-"""Model providers: the protocol (``base``), the scripted model, the HTTP providers
+"""Model providers: the protocol (``model_provider``), the scripted model, the HTTP providers
 (``http``, ``openai``, ``anthropic``), and the set a config names (``registry``)."""
 
-from durable_agent.activities.providers.base import ModelProvider, ProviderError, TextSink
+from durable_agent.activities.providers.model_provider import ModelProvider, ProviderError, TextSink
 from durable_agent.activities.providers.registry import build_providers
 from durable_agent.activities.providers.scripted import ScriptedProvider
 

@@ -20,9 +20,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from durable_agent.activities.providers.anthropic_wire import request_body
-from durable_agent.activities.providers.base import TextSink, read_credential
 from durable_agent.activities.providers.http import HttpProvider, checked_key, tool_arguments
 from durable_agent.activities.providers.http_errors import Failures
+from durable_agent.activities.providers.model_provider import TextSink, read_credential
 from durable_agent.config import AnthropicProviderConfig
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.errors import validation_message

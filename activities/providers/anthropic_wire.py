@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_agent.activities.providers.base import ProviderError
+from durable_agent.activities.providers.model_provider import ProviderError
 from durable_agent.config import ResolvedModelSettings
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.models import (

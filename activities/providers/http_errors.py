@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from durable_agent.activities.providers.base import ProviderError
+from durable_agent.activities.providers.model_provider import ProviderError
 from durable_agent.core import json_limits
 
 # A server asking for a longer pause than this is capped: the activity's retry

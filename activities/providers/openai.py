@@ -25,8 +25,8 @@ import hashlib
 import json
 from typing import Any
 
-from durable_agent.activities.providers.base import TextSink, read_credential
 from durable_agent.activities.providers.http import HttpProvider, checked_key
+from durable_agent.activities.providers.model_provider import TextSink, read_credential
 from durable_agent.activities.providers.openai_stream import StreamState
 from durable_agent.config import OpenAIProviderConfig, ResolvedModelSettings
 from durable_agent.core.activity_api import ModelCallInput

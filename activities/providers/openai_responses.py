@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from durable_agent.activities.providers.base import TextSink
+from durable_agent.activities.providers.model_provider import TextSink
 from durable_agent.activities.providers.openai import TOOL_ERROR_PREFIX, OpenAIProvider, prompt_cache_key
 from durable_agent.activities.providers.openai_responses_stream import WIRE, StreamState
 from durable_agent.config import ResolvedModelSettings

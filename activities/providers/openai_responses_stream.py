@@ -21,9 +21,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from durable_agent.activities.providers.base import TextSink
 from durable_agent.activities.providers.http import tool_arguments
 from durable_agent.activities.providers.http_errors import Failures
+from durable_agent.activities.providers.model_provider import TextSink
 from durable_agent.core.errors import validation_message
 from durable_agent.core.models import (
     ContentBlock,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from durable_agent.activities.providers.anthropic import AnthropicProvider
-from durable_agent.activities.providers.base import ModelProvider
+from durable_agent.activities.providers.model_provider import ModelProvider
 from durable_agent.activities.providers.openai import OpenAIProvider
 from durable_agent.activities.providers.openai_responses import OpenAIResponsesProvider
 from durable_agent.activities.providers.scripted import ScriptedProvider

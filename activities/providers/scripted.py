@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from durable_agent.activities.providers.base import ProviderError, TextSink, read_credential
+from durable_agent.activities.providers.model_provider import ProviderError, TextSink, read_credential
 from durable_agent.config import ConfigError, ScriptedProviderConfig
 from durable_agent.core import json_limits
 from durable_agent.core.activity_api import ModelCallInput

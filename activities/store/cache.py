@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from durable_agent.activities.store.base import SessionStore
+from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.core.export import RunRecord
 from durable_agent.core.export_parts import ExportEncoder
 from durable_agent.core.models import Message

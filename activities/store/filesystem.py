@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from durable_agent.activities.files import fsync_dir, write_atomic
-from durable_agent.activities.store.base import follows, legacy_name, not_following, safe_name
+from durable_agent.activities.store.session_store import follows, legacy_name, not_following, safe_name
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.export import RunRecord
 from durable_agent.core.run_log import LogEntry, LogRef, RunHeader

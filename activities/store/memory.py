@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from durable_agent.activities.store.base import follows, not_following
+from durable_agent.activities.store.session_store import follows, not_following
 from durable_agent.core.export import RunRecord
 from durable_agent.core.run_log import LogEntry, LogRef, RunHeader
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import asyncpg
 
-from durable_agent.activities.store.base import not_following
 from durable_agent.activities.store.pg_schema import migrate
+from durable_agent.activities.store.session_store import not_following
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.export import RunRecord

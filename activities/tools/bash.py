@@ -51,7 +51,6 @@ from typing import Any
 
 from temporalio import activity
 
-from durable_agent.activities.tools.base import ToolFailure, confine
 from durable_agent.activities.tools.sandbox import (
     SHELL,
     launch,
@@ -61,6 +60,7 @@ from durable_agent.activities.tools.sandbox import (
     sandbox_problem,
 )
 from durable_agent.activities.tools.sandbox_limits import SandboxUnavailable, limited
+from durable_agent.activities.tools.tool import ToolFailure, confine
 from durable_agent.config import SandboxConfig
 from durable_agent.core.tool_args import BASH_OUTPUT_HEAD_BYTES, BASH_OUTPUT_TAIL_BYTES, BashArgs
 

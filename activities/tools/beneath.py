@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from durable_agent.activities.tools.base import ToolFailure
 from durable_agent.activities.tools.path_guard import check_opened
+from durable_agent.activities.tools.tool import ToolFailure
 
 # As the kernel allows (Linux: 40 links in one lookup); a loop ends here.
 MAX_LINKS: Final = 40

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from durable_agent.activities.tools.base import ToolContent, ToolFailure
 from durable_agent.activities.tools.beneath import Walked, walk
+from durable_agent.activities.tools.tool import ToolContent, ToolFailure
 from durable_agent.core.images import IMAGE_MAX_BYTES, MediaType, image_block, sniff_media_type
 from durable_agent.core.tool_args import (
     EDIT_MAX_FILE_BYTES,

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from durable_agent.activities.tools.base import ToolFailure, confine
+from durable_agent.activities.tools.tool import ToolFailure, confine
 from durable_agent.core.activity_api import ToolCallInput, ToolOutput
 from durable_agent.core.permissions import PermissionPolicy, parse_rule
 from durable_agent.core.tool_specs import ToolSpec

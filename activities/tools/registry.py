@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from durable_agent.activities.tools.base import Tool, ToolImpl, stoppable, threaded
 from durable_agent.activities.tools.bash import bash
 from durable_agent.activities.tools.fs import edit, ls, read, write
 from durable_agent.activities.tools.search import glob, grep
+from durable_agent.activities.tools.tool import Tool, ToolImpl, stoppable, threaded
 from durable_agent.config import SandboxConfig
 from durable_agent.core.tool_specs import BUILTIN_TOOLS
 

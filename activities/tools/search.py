@@ -46,11 +46,11 @@ from typing import Final
 
 import re2
 
-from durable_agent.activities.tools.base import ToolFailure
 from durable_agent.activities.tools.beneath import Beneath, Walked, read_regular
 from durable_agent.activities.tools.fs import is_binary
 from durable_agent.activities.tools.grep_lines import candidates, scanner
 from durable_agent.activities.tools.path_guard import READ_DENIED, check_opened
+from durable_agent.activities.tools.tool import ToolFailure
 from durable_agent.core.globs import GlobError, compile_glob
 from durable_agent.core.tool_args import (
     GLOB_MAX_RESULTS,

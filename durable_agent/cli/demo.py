@@ -40,7 +40,7 @@ from durable_agent.devserver import (
 
 if TYPE_CHECKING:
     from durable_agent.activities import AgentActivities
-    from durable_agent.activities.tools.base import Tool
+    from durable_agent.activities.tools.tool import Tool
 
 DEMO_PROMPT = "Review the calculator module in this workspace and point out any bug."
 # Its own queue, so a worker already polling ``agent`` (compose, another shell)
@@ -101,7 +101,7 @@ def _prepare_workspace(given: str | None) -> Path:
 
 def _exports_folder(config: AgentConfig, sink: str | None, result: AgentRunResult) -> Path | None:
     # the sink's own naming, so the path is the real one
-    from durable_agent.activities.store.base import safe_name
+    from durable_agent.activities.store.session_store import safe_name
 
     sink_config = config.sinks.get(sink or "") if sink else None
     if not isinstance(sink_config, FilesystemSinkConfig):

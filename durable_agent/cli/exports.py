@@ -97,7 +97,7 @@ def cmd_exports(args: argparse.Namespace) -> int:
 def _files(root: Path, session_id: str) -> list[tuple[str, ExportDescriptor]]:
     import json
 
-    from durable_agent.activities.store.base import safe_name
+    from durable_agent.activities.store.session_store import safe_name
 
     rows = []
     for path in sorted((root / safe_name(session_id)).glob("*/turn-*.json")):

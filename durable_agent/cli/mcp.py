@@ -19,7 +19,7 @@ from durable_agent.config import ConfigError, McpServerConfig, load_config
 from durable_agent.core.permissions import PermissionPolicy
 
 if TYPE_CHECKING:
-    from durable_agent.activities.tools.base import Tool
+    from durable_agent.activities.tools.tool import Tool
 
 
 def permission_of(policy: PermissionPolicy, name: str, target_arg: str | None) -> str:

@@ -22,7 +22,7 @@ own fresh instance and raise ``ConformanceError`` naming each one that failed.
 A check that does not apply (``fetch`` on a sink without it) raises ``CheckSkipped``.
 """
 
-from durable_agent.conformance.base import Check, CheckSkipped, ConformanceError, Factory, run_checks
+from durable_agent.conformance.checks import Check, CheckSkipped, ConformanceError, Factory, run_checks
 from durable_agent.conformance.sink import SINK_CHECKS, check_failing_sink, check_sink, sample_export
 from durable_agent.conformance.store import STORE_CHECKS, check_store
 

@@ -1,4 +1,4 @@
-"""Conformance checks for a ``SessionStore`` (``durable_agent.activities.store.base``).
+"""Conformance checks for a ``SessionStore`` (``durable_agent.activities.store.session_store``).
 
 Each check in ``STORE_CHECKS`` takes a fresh, empty store and exercises one part of
 the contract the workflow and activities rely on:
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 
-from durable_agent.activities.store.base import SessionStore
-from durable_agent.conformance.base import Check, Factory, run_checks
+from durable_agent.activities.store.session_store import SessionStore
+from durable_agent.conformance.checks import Check, Factory, run_checks
 from durable_agent.core.export import CapabilityBinding, RunRecord
 from durable_agent.core.models import (
     ErrorEvent,

@@ -327,7 +327,7 @@ SAVE_CHECKPOINT = ActivityDecl[SaveCheckpointInput, None](
 EXPORT_CHECKPOINT = ActivityDecl[ExportInput, ExportDescriptor | None](
     "agent.export_checkpoint",
     ExportInput,
-    # None: recorded before exports were built from the log (``durable_agent.core.legacy``)
+    # None: recorded before exports were built from the log (``durable_agent.core.legacy_shapes``)
     ExportDescriptor | None,
     _checkpoint(lambda t: t.export_max_attempts),
 )
@@ -349,7 +349,7 @@ REQUEST_CANCEL = ActivityDecl[RequestCancelInput, None](
     None,
     lambda _: ActivityOptions(start_to_close_seconds=10, maximum_attempts=5),
 )
-# Only runs started before linear history load their session (``durable_agent.core.legacy``).
+# Only runs started before linear history load their session (``durable_agent.core.legacy_shapes``).
 LOAD_SESSION = ActivityDecl[LoadSessionInput, SessionRuns](
     "agent.load_session", LoadSessionInput, SessionRuns, _checkpoint(lambda _: 3)
 )

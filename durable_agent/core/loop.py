@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from durable_agent.core import legacy
+from durable_agent.core import legacy_shapes
 from durable_agent.core.activity_api import FinishRunInput, ResumePoint
 from durable_agent.core.canonical import digest_of
 from durable_agent.core.context import ContextLedger, fixed_tokens
@@ -426,9 +426,9 @@ class LoopState:
 
     def record_export(self, descriptor: ExportDescriptor | None, sink: str, log: LogRef, now_ms: int) -> None:
         """The sink acknowledged the export of the log at ``log``: the newest export, which a
-        later execution may start from. ``None``: see ``durable_agent.core.legacy``."""
+        later execution may start from. ``None``: see ``durable_agent.core.legacy_shapes``."""
         if descriptor is None:
-            ref = legacy.unbuilt_export(self.turn)
+            ref = legacy_shapes.unbuilt_export(self.turn)
         else:
             self.last_export = ExportSeed(sink=sink, descriptor=descriptor, log=log)
             ref = ExportRef(turn=self.turn, content_digest=descriptor.content_digest)
@@ -459,7 +459,7 @@ class LoopState:
         """The state a run carried into this execution when it continued as new."""
         journal: tuple[LogEntry, ...] = ()
         if carried.log is None:  # carried whole, by a run from before linear history
-            carried, journal = legacy.carried_whole(carried)
+            carried, journal = legacy_shapes.carried_whole(carried)
         assert carried.log is not None and carried.event_count is not None
         state = cls.__new__(cls)
         state._counters(carried.plan, carried.created_at_ms, carried.prior_run_ids)

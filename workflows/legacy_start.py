@@ -1,7 +1,7 @@
 """The workflow's branch for runs started before linear history: they loaded their
 session's ended runs (``agent.load_session``) instead of opening a log in the store.
 Their histories replay through this branch, which the ``linear-history`` patch guards.
-(The state side, a ``CarriedState`` carried whole, is ``durable_agent.core.legacy``.)
+(The state side, a ``CarriedState`` carried whole, is ``durable_agent.core.legacy_shapes``.)
 
 Delete this module once no run started before linear history can be running or
 replayed (in 0.3: the ledger, ``workflows/patches.py``): when

@@ -1,7 +1,7 @@
 """Shapes from before linear history (commit 0f43f17's predecessors, version 0.1.0 of the
 workflow): replayed, accepted from activity tasks an old worker queued, never written.
 
-It holds, for the state side (the workflow's branch is ``workflows/legacy.py``):
+It holds, for the state side (the workflow's branch is ``workflows/legacy_start.py``):
 
 * the activity inputs that workers before linear history scheduled;
 * ``carried_whole``: a ``CarriedState`` without ``log`` (it carried ``messages`` and

@@ -3,8 +3,8 @@
 ``agent.export_checkpoint`` and ``agent.finish_run``.
 
 The last three also take the inputs that workers before linear history queued
-(``durable_agent.core.legacy``), each handed in its first lines to the legacy adapter beside
-it; ``activities/legacy.py`` lists the legacy inputs and when they go.
+(``durable_agent.core.legacy_shapes``), each handed in its first lines to the legacy adapter beside
+it; ``activities/legacy_sessions.py`` lists the legacy inputs and when they go.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.sinks import ExportSink, FetchingSink, PartedSink, SinkError, read_export_file
 from durable_agent.activities.staging import filled_images, staged_text
-from durable_agent.activities.store.base import SessionStore
 from durable_agent.activities.store.cache import RunLogCache
+from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
 from durable_agent.core.activity_api import (
     CHECKPOINT,
@@ -48,7 +48,11 @@ from durable_agent.core.export import (
 )
 from durable_agent.core.export_parts import PartedExport, hash_pieces
 from durable_agent.core.failures import INVALID_LOG_ENTRY, SINK_ERROR, STATE_LOST
-from durable_agent.core.legacy import LegacyExportInput, LegacyFinishRunInput, LegacySaveCheckpointInput
+from durable_agent.core.legacy_shapes import (
+    LegacyExportInput,
+    LegacyFinishRunInput,
+    LegacySaveCheckpointInput,
+)
 from durable_agent.core.models import TextDeltaEvent
 from durable_agent.core.run_log import (
     GENESIS,
