@@ -163,7 +163,8 @@ class ModelCalls:
             return messages
         if not self.takes_images(model):
             return without_images(messages, model)
-        return await filled_images(self.store, run_id, messages)
+        # the run's memo: an image is read from the store once, not at every step
+        return await filled_images(self.store, run_id, messages, self.log_cache.filled(run_id))
 
     async def transcript(
         self, run_id: str, model: str, log: LogRef, pending: LogDelta

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
@@ -16,7 +17,7 @@ from durable_agent.activities.tools.fs import read
 from durable_agent.activities.tools.tool import ToolContent
 from durable_agent.config import AgentConfig
 from durable_agent.core.canonical import canonical_bytes
-from durable_agent.core.export import SessionCheckpointExportV1
+from durable_agent.core.export import CheckpointPayload, InvalidPayload, SessionCheckpointExportV1
 from durable_agent.core.images import (
     IMAGE_MAX_BYTES,
     image_block,
@@ -149,6 +150,32 @@ async def test_a_model_with_attachment_sees_the_image_history_holds_a_digest_and
     # the export is portable: it opens from its JSON with the image in it
     again = SessionCheckpointExportV1.model_validate_json(exported.model_dump_json()).open()
     assert [i.data for m in again.logical_resume.messages for i in m.images()] == [TINY_B64]
+
+    # an image that is not what it states is refused on opening; one without data on building
+    payload = exported.open()
+
+    def with_image(**change: Any) -> CheckpointPayload:
+        def fix(m: Message) -> Message:
+            blocks = tuple(
+                b.model_copy(update={"images": tuple(i.model_copy(update=change) for i in b.images)})
+                if isinstance(b, ToolResultBlock)
+                else b
+                for b in m.content
+            )
+            return m.model_copy(update={"content": blocks})
+
+        logical = payload.logical_resume
+        messages = tuple(fix(m) for m in logical.messages)
+        return payload.model_copy(
+            update={"logical_resume": logical.model_copy(update={"messages": messages})}
+        )
+
+    for change in ({"size": 1}, {"digest": "sha256:" + "0" * 64}):
+        forged = SessionCheckpointExportV1.build(with_image(**change))
+        with pytest.raises(InvalidPayload, match="image"):
+            forged.open()
+    with pytest.raises(InvalidPayload, match="no data"):
+        SessionCheckpointExportV1.build(with_image(data=""))
 
 
 async def test_a_model_without_attachment_gets_a_note_and_the_export_still_keeps_the_image(

@@ -157,6 +157,18 @@ def prompt_cache_key(session_id: str) -> str:
     return "session-" + hashlib.sha256(session_id.encode()).hexdigest()[:48]
 
 
+def add_sampling_and_cache_key(
+    body: dict[str, Any], call: ModelCallInput, settings: ResolvedModelSettings
+) -> None:
+    """What both OpenAI wires send alike, in place: ``temperature`` when set, and the session as
+    ``prompt_cache_key`` unless ``prompt_cache`` is off (requests with one key are routed to the
+    same cache: the runs of a session share a prefix)."""
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    if settings.prompt_cache and call.session_id:
+        body["prompt_cache_key"] = prompt_cache_key(call.session_id)
+
+
 def request_body(call: ModelCallInput, model: str, settings: ResolvedModelSettings) -> dict[str, Any]:
     """The whole request: streamed, with usage in the last chunk.
 
@@ -182,13 +194,9 @@ def request_body(call: ModelCallInput, model: str, settings: ResolvedModelSettin
         body["tools"] = wire_tools(call.tools)
     if settings.max_tokens is not None:
         body["max_tokens"] = settings.max_tokens
-    if settings.temperature is not None:
-        body["temperature"] = settings.temperature
     if settings.reasoning_effort is not None:
         body["reasoning_effort"] = settings.reasoning_effort
-    if settings.prompt_cache and call.session_id:
-        # Requests with one key are routed to the same cache: the runs of a session share a prefix.
-        body["prompt_cache_key"] = prompt_cache_key(call.session_id)
+    add_sampling_and_cache_key(body, call, settings)
     return body
 
 

@@ -30,7 +30,11 @@ import json
 from typing import Any
 
 from durable_agent.activities.providers.model_provider import TextSink
-from durable_agent.activities.providers.openai import TOOL_ERROR_PREFIX, OpenAIProvider, prompt_cache_key
+from durable_agent.activities.providers.openai import (
+    TOOL_ERROR_PREFIX,
+    OpenAIProvider,
+    add_sampling_and_cache_key,
+)
 from durable_agent.activities.providers.openai_responses_stream import WIRE, StreamState
 from durable_agent.config import ResolvedModelSettings
 from durable_agent.core.activity_api import ModelCallInput
@@ -201,11 +205,7 @@ def request_body(call: ModelCallInput, model: str, settings: ResolvedModelSettin
         body["reasoning"] = options
     if settings.max_tokens is not None:
         body["max_output_tokens"] = settings.max_tokens
-    if settings.temperature is not None:
-        body["temperature"] = settings.temperature
-    if settings.prompt_cache and call.session_id:
-        # Requests with one key are routed to the same cache: the runs of a session share a prefix.
-        body["prompt_cache_key"] = prompt_cache_key(call.session_id)
+    add_sampling_and_cache_key(body, call, settings)
     return body
 
 

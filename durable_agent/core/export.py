@@ -308,6 +308,9 @@ def open_export(export: SessionCheckpointExportV1) -> CheckpointPayload:
     if (d.session_id, d.run_id, d.turn) != (logical.session_id, logical.run_id, logical.turn):
         raise InvalidDescriptor("descriptor session/run/turn differ from the payload")
     check_self_consistent(payload)
+    for message in logical.messages:
+        for image in message.images():
+            _check_image(image)
     return payload
 
 
@@ -353,7 +356,10 @@ def check_self_consistent(payload: CheckpointPayload) -> None:
             raise InvalidPayload(f"run {run.id!r}: event_count does not cover its events")
     for message in logical.messages:
         for image in message.images():
-            _check_image(image)
+            # cheap, so at every boundary: an export holds its images whole (``open`` checks
+            # each image's digest and size too, once, on what arrives from outside)
+            if not image.data:
+                raise InvalidPayload(f"image {image.digest} has no data (an export holds its images whole)")
     source = payload.source_run().snapshot
     if source.is_terminal:
         raise InvalidPayload(f"source run {source.id!r} is terminal ({source.status})")
@@ -362,9 +368,8 @@ def check_self_consistent(payload: CheckpointPayload) -> None:
 
 
 def _check_image(image: ImageBlock) -> None:
-    """An export is portable: each image holds its data, whose digest and size it states."""
-    if not image.data:
-        raise InvalidPayload(f"image {image.digest} has no data (an export holds its images whole)")
+    """An image of an export read from outside is what it states: its data has its digest and size
+    (``check_self_consistent`` has already refused one without data)."""
     if sha256_digest(image.data.encode("ascii", errors="replace")) != image.digest:
         raise InvalidPayload(f"image {image.digest}: its data does not have that digest")
     try:
