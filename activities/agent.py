@@ -3,7 +3,7 @@
 ``AgentActivities`` builds the shared pieces and composes the parts that hold
 the activities, each in a module named for what it does:
 
-- ``planner`` (``activities/plan.py``): ``agent.resolve_run``;
+- ``planner`` (``activities/resolve_run.py``): ``agent.resolve_run``;
 - ``model_calls`` (``activities/model_call.py``): ``agent.model_call``, the model step;
 - ``compactions`` (``activities/compaction.py``): ``agent.compact``, a summary of older turns;
 - ``tool_calls`` (``activities/tool_call.py``): ``agent.tool_call``;
@@ -29,17 +29,17 @@ from durable_agent.activities.compaction import Compactions
 from durable_agent.activities.legacy_sessions import LegacySessions
 from durable_agent.activities.mcp.catalog import McpCatalog
 from durable_agent.activities.model_call import ModelCalls
-from durable_agent.activities.plan import RunPlanner
+from durable_agent.activities.providers.from_config import build_providers
 from durable_agent.activities.providers.model_provider import ModelProvider
-from durable_agent.activities.providers.registry import build_providers
 from durable_agent.activities.redact import Redactor
+from durable_agent.activities.resolve_run import RunPlanner
 from durable_agent.activities.run_control import request_cancel
 from durable_agent.activities.sinks import ExportSink, FilesystemExportSink
-from durable_agent.activities.store.cache import RunLogCache
 from durable_agent.activities.store.filesystem import FilesystemSessionStore
+from durable_agent.activities.store.run_log_cache import RunLogCache
 from durable_agent.activities.store.session_store import Closable, Connectable, SessionStore
 from durable_agent.activities.tool_call import ToolCalls
-from durable_agent.activities.tools.registry import builtin_tools
+from durable_agent.activities.tools.builtin import builtin_tools
 from durable_agent.activities.tools.sandbox import sandbox_settings
 from durable_agent.activities.tools.tool import Tool
 from durable_agent.config import (

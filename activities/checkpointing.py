@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.sinks import ExportSink, FetchingSink, PartedSink, SinkError, read_export_file
 from durable_agent.activities.staging import filled_images, staged_text
-from durable_agent.activities.store.cache import RunLogCache
+from durable_agent.activities.store.run_log_cache import RunLogCache
 from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
 from durable_agent.core.activity_api import (

@@ -17,7 +17,7 @@ from durable_agent.activities.mcp.catalog import McpCatalog
 from durable_agent.activities.providers.model_provider import ModelProvider, ProviderError
 from durable_agent.activities.redact import Redactor
 from durable_agent.activities.staging import filled_images, stage
-from durable_agent.activities.store.cache import RunLogCache
+from durable_agent.activities.store.run_log_cache import RunLogCache
 from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.activities.support import heartbeating, state_missing, usage_error
 from durable_agent.core.activity_api import MODEL_CALL, ModelCallInput, ModelStepInput

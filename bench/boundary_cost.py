@@ -18,7 +18,7 @@ with OpenAI's own overflow answer; ours knows the window
 (``context_window`` of its provider) and manages its context:
 
 * ours: an ``AgentRun`` (``start_run``). Each boundary's checkpoint export goes
-  to a sink of the bench's own (``bench/sink.py``) that checks its digest and
+  to a sink of the bench's own (``bench/digest_sink.py``) that checks its digest and
   keeps only the last one: a 1,000-boundary run exports about 12 GB in all,
   too much for the filesystem sink;
 * naive: ``NaiveAgentRun`` (``bench/naive.py``), which keeps the conversation
@@ -79,10 +79,10 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
+from bench.digest_sink import DigestSink
 from bench.naive import NAIVE_MODEL, NAIVE_WORKFLOW, NaiveAgentRun, NaiveInput, NaiveModel
 from bench.reader_setup import make_file
 from bench.runs import CoreLog, completed_calls, ending, fetch_chain, last_model_input, scan_warnings, settle
-from bench.sink import DigestSink
 from bench.tokens import ReaderModel, Tally
 from durable_agent.activities import AgentActivities
 from durable_agent.client import connect, ensure_search_attributes, exit_process, start_run

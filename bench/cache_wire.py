@@ -1,4 +1,4 @@
-"""The model of ``bench/cache.py``: a caching Anthropic or OpenAI server that reads ``data.txt``.
+"""The model of ``bench/prompt_cache.py``: a caching Anthropic or OpenAI server that reads ``data.txt``.
 
 ``CachingReader`` is the ``respond`` of a ``tests.wire_servers.WireServer``. Model
 ``nN`` reads ``data.txt`` N times, then answers; which read comes next is taken

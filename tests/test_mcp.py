@@ -21,8 +21,8 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent.activities import AgentActivities
+from durable_agent.activities.providers.from_config import build_providers
 from durable_agent.activities.providers.model_provider import ModelProvider, TextSink
-from durable_agent.activities.providers.registry import build_providers
 from durable_agent.client import resume_run, run_result
 from durable_agent.config import AgentConfig
 from durable_agent.core.activity_api import ModelCallInput

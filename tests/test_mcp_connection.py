@@ -26,7 +26,7 @@ from durable_agent.activities.mcp.connection import (
     McpServer,
     McpUnavailable,
 )
-from durable_agent.activities.mcp.render import render_result, tool_info
+from durable_agent.activities.mcp.model_text import render_result, tool_info
 from durable_agent.config import ConfigError, McpServerConfig
 
 BIN = Path(sys.executable).parent

@@ -12,7 +12,7 @@ from temporalio.testing import ActivityEnvironment
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.store import FilesystemSessionStore, MemorySessionStore
-from durable_agent.activities.store.cache import RunLogCache
+from durable_agent.activities.store.run_log_cache import RunLogCache
 from durable_agent.core.activity_api import OpenRunInput, SaveCheckpointInput
 from durable_agent.core.canonical import canonical_bytes, digest_of
 from durable_agent.core.export import RunRecord

@@ -1,5 +1,5 @@
 """Prompt caches that account cached tokens the way the vendors do, for the wire servers
-and ``bench/cache.py``.
+and ``bench/prompt_cache.py``.
 
 A prompt is seen as a sequence of *pieces* (the request rendered in the order the
 vendor's prompt is: tools, system, then each message's blocks), each with a token

@@ -27,7 +27,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 from durable_agent.workflows.admission import Admission
-from durable_agent.workflows.approvals import ApprovalBook, summarize_arguments
+from durable_agent.workflows.approval_book import ApprovalBook, summarize_arguments
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import (
@@ -95,14 +95,14 @@ from durable_agent.workflows.context_keeper import (
 from durable_agent.workflows.display import EXECUTING, RunDisplay
 from durable_agent.workflows.ending import Ending
 from durable_agent.workflows.log_keeper import LogKeeper
-from durable_agent.workflows.metrics import (
+from durable_agent.workflows.shell_gate import decide_call
+from durable_agent.workflows.starting import Starter
+from durable_agent.workflows.workflow_metrics import (
     approval_decided,
     approval_requested,
     invalid_tool_call,
     tool_call_refused,
 )
-from durable_agent.workflows.shell_gate import decide_call
-from durable_agent.workflows.starting import Starter
 
 
 class BudgetStop(Exception):

@@ -23,7 +23,7 @@ from mcp import Client, types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from durable_agent.activities.mcp.render import McpToolInfo, render_result, result_images, tool_info
+from durable_agent.activities.mcp.model_text import McpToolInfo, render_result, result_images, tool_info
 from durable_agent.activities.mcp.session import ConnectFailed, McpSession
 from durable_agent.config import ConfigError, McpServerConfig
 from durable_agent.core.models import ImageBlock

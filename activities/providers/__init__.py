@@ -1,8 +1,8 @@
 """Model providers: the protocol (``model_provider``), the scripted model, the HTTP providers
-(``http``, ``openai``, ``anthropic``), and the set a config names (``registry``)."""
+(``http``, ``openai``, ``anthropic``), and the set a config names (``from_config``)."""
 
+from durable_agent.activities.providers.from_config import build_providers
 from durable_agent.activities.providers.model_provider import ModelProvider, ProviderError, TextSink
-from durable_agent.activities.providers.registry import build_providers
 from durable_agent.activities.providers.scripted import ScriptedProvider
 
 __all__ = ["ModelProvider", "ProviderError", "ScriptedProvider", "TextSink", "build_providers"]

@@ -1,5 +1,5 @@
 """The session store: the protocol (``session_store``), on disk (``filesystem``), in memory
-(``memory``), and the worker's cache of folded logs (``cache``)."""
+(``memory``), and the worker's cache of folded logs (``run_log_cache``)."""
 
 from durable_agent.activities.store.filesystem import FilesystemSessionStore
 from durable_agent.activities.store.memory import MemorySessionStore

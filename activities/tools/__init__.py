@@ -1,8 +1,8 @@
 """Tools: what a tool is (``tool``), the built-in ones (``fs``, ``search`` with how grep reads
 a file in ``grep_lines``, ``bash``), the sandbox ``bash`` runs in, the link-aware permission
-check (``path_guard``), and the built-in set by name (``registry``)."""
+check (``path_guard``), and the built-in set by name (``builtin``)."""
 
-from durable_agent.activities.tools.registry import builtin_tools
+from durable_agent.activities.tools.builtin import builtin_tools
 from durable_agent.activities.tools.tool import Tool, ToolFailure
 
 __all__ = ["Tool", "ToolFailure", "builtin_tools"]

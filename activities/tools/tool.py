@@ -1,7 +1,7 @@
 """The tool seam: what a tool is, how its paths are confined, and how tools run off the event loop.
 
 The built-in tools live in ``fs`` (read, write, edit, ls),
-``search`` (glob, grep) and ``bash`` (bash); ``registry`` names them. Every one is
+``search`` (glob, grep) and ``bash`` (bash); ``builtin`` names them. Every one is
 confined to the run's workspace: a path that leads outside it, by ``..``, by
 being absolute or through a symbolic link, is refused before anything is read
 or written.

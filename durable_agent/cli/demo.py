@@ -172,7 +172,7 @@ def _demo_tools(config: AgentConfig) -> dict[str, Tool] | None:
     The demo is the first command on a fresh machine, which may lack bubblewrap;
     it says so and runs without ``bash`` (a worker refuses to start instead).
     """
-    from durable_agent.activities.tools.registry import builtin_tools
+    from durable_agent.activities.tools.builtin import builtin_tools
     from durable_agent.activities.tools.sandbox import sandbox_problem
 
     problem = sandbox_problem(config.sandbox)

@@ -23,8 +23,8 @@ A check that does not apply (``fetch`` on a sink without it) raises ``CheckSkipp
 """
 
 from durable_agent.conformance.checks import Check, CheckSkipped, ConformanceError, Factory, run_checks
-from durable_agent.conformance.sink import SINK_CHECKS, check_failing_sink, check_sink, sample_export
-from durable_agent.conformance.store import STORE_CHECKS, check_store
+from durable_agent.conformance.sink_checks import SINK_CHECKS, check_failing_sink, check_sink, sample_export
+from durable_agent.conformance.store_checks import STORE_CHECKS, check_store
 
 __all__ = [
     "SINK_CHECKS",

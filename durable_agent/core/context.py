@@ -24,7 +24,7 @@ at least that report plus the estimate of what is new since (``size``). The larg
 40 % by default; or less after the provider said the request overflowed). Large steps keep
 the provider's prompt cache: every compaction changes the request from the first result it
 elides on, so the fewer compactions, the more of each request is read from the cache
-(``bench/cache.py``: 0.8 -> 0.6 read 74-77 % of prompt tokens from the cache over 200
+(``bench/prompt_cache.py``: 0.8 -> 0.6 read 74-77 % of prompt tokens from the cache over 200
 boundaries in a 128k window, 0.9 -> 0.4 reads 85-87 %):
 
 1. *elide*: the oldest tool results leave the view (never the newest ``keep_recent``,

@@ -1,7 +1,7 @@
 """The agent's own metrics: names, kinds, units, labels and the values of their outcome labels.
 
 One table, read by the activities' and the worker's recording (``durable_agent.telemetry``),
-by the workflow's (``durable_agent.workflows.metrics``), by the README and by the dashboard's
+by the workflow's (``durable_agent.workflows.workflow_metrics``), by the README and by the dashboard's
 test. They are recorded through Temporal's ``MetricMeter``, so they share the worker's one
 Prometheus endpoint with the Temporal SDK's own metrics (``temporal_*``); the runtime's
 ``metric_prefix`` applies to those only, ours keep these names. Every series also carries the

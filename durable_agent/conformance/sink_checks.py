@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 
 from durable_agent.activities.sinks import ExportSink, FetchingSink, PartedSink, SinkError
 from durable_agent.conformance.checks import Check, CheckSkipped, Factory, fresh, run_checks
-from durable_agent.conformance.store import header, rich_chain
+from durable_agent.conformance.store_checks import header, rich_chain
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
 from durable_agent.core.export_parts import ExportEncoder, PartedExport, build_parted
 from durable_agent.core.models import TokenUsage

@@ -2,9 +2,9 @@
 
 Run it from the repository root:
 
-    python bench/cache.py                    # the old policy and the default one, both wires
-    python bench/cache.py --wires openai --policy 0.8:0.3
-    python bench/cache.py --policy 0.8:0.6 0.9:0.4 --window 200000 --json
+    python bench/prompt_cache.py                    # the old policy and the default one, both wires
+    python bench/prompt_cache.py --wires openai --policy 0.8:0.3
+    python bench/prompt_cache.py --policy 0.8:0.6 0.9:0.4 --window 200000 --json
 
 It starts its own Temporal dev server (unless ``TEMPORAL_ADDRESS`` is set) and
 runs the real ``AgentRun`` on an in-process worker against a local wire server
@@ -80,9 +80,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench.boundary_cost import free_port
 from bench.cache_wire import CachingReader, WireKind, server_figures, trace
+from bench.digest_sink import DigestSink
 from bench.reader_setup import make_file
 from bench.runs import settle
-from bench.sink import DigestSink
 from bench.tokens import ANSWER_TOKENS
 from durable_agent.activities import AgentActivities
 from durable_agent.client import connect, ensure_search_attributes, exit_process, start_run
