@@ -7,6 +7,7 @@ the activities, each in a module named for what it does:
 - ``model_calls`` (``activities/model_call.py``): ``agent.model_call``, the model step;
 - ``compactions`` (``activities/compaction.py``): ``agent.compact``, a summary of older turns;
 - ``tool_calls`` (``activities/tool_call.py``): ``agent.tool_call``;
+- ``hook_calls`` (``activities/hook_call.py``): ``agent.hook``, one ``[hooks]`` command;
 - ``run_logs`` (``activities/checkpointing.py``): ``agent.open_run``, ``agent.read_resume``,
   ``agent.checkpoint``, ``agent.save_checkpoint``, ``agent.export_checkpoint`` and
   ``agent.finish_run``;
@@ -26,6 +27,7 @@ from temporalio import activity
 
 from durable_agent.activities.checkpointing import RunLogs
 from durable_agent.activities.compaction import Compactions
+from durable_agent.activities.hook_call import HookCalls
 from durable_agent.activities.legacy_sessions import LegacySessions
 from durable_agent.activities.mcp.catalog import McpCatalog
 from durable_agent.activities.model_call import ModelCalls
@@ -40,6 +42,7 @@ from durable_agent.activities.store.run_log_cache import RunLogCache
 from durable_agent.activities.store.session_store import Closable, Connectable, SessionStore
 from durable_agent.activities.tool_call import ToolCalls
 from durable_agent.activities.tools.builtin import builtin_tools
+from durable_agent.activities.tools.custom import with_tools
 from durable_agent.activities.tools.sandbox import sandbox_settings
 from durable_agent.activities.tools.tool import Tool
 from durable_agent.config import (
@@ -82,8 +85,11 @@ class AgentActivities:
         config: The worker's config (``load_config()``).
         providers: The model providers by name; default: built from ``[providers.*]``
             (reading their credentials from the environment now).
-        tools: The tools by name; default: the built-in ones, with ``[sandbox]``'s settings.
-            The ``[mcp.*]`` servers' tools are added to it once listed.
+        tools: Tools of your own to add to the built-in ones, as a list of ``@tool``
+            functions (or plain functions, made tools with ``tool``'s defaults); or, as a dict,
+            the whole table by name, in place of the built-in ones. Default: the built-in
+            tools, with ``[sandbox]``'s settings. The ``[mcp.*]`` servers' tools are added to
+            it once listed.
         store: The session store; default: ``[store]``'s (a PostgreSQL one reads its DSN from
             the environment now).
         sinks: The export sinks by name; default: ``[sinks.*]``'s.
@@ -95,6 +101,8 @@ class AgentActivities:
             holds what an HTTP header cannot carry), the store's or a sink's DSN, or an
             ``[mcp.*]`` server's ``env`` or ``headers`` variable; or a scripted provider's
             file is missing or invalid. Only for the parts built here, not those passed in.
+        ToolDefinitionError: A function in ``tools`` cannot be a tool, or a tool's name is
+            taken (by a built-in tool, another one given, or the ``mcp__`` names).
     """
 
     def __init__(
@@ -102,14 +110,19 @@ class AgentActivities:
         config: AgentConfig,
         *,
         providers: dict[str, ModelProvider] | None = None,
-        tools: dict[str, Tool] | None = None,
+        tools: dict[str, Tool] | Sequence[Tool | Callable[..., Any]] | None = None,
         store: SessionStore | None = None,
         sinks: dict[str, ExportSink] | None = None,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.config = config
         self.providers = providers if providers is not None else build_providers(config)
-        self.tools = tools if tools is not None else builtin_tools(sandbox_settings(config))
+        if isinstance(tools, dict):
+            self.tools = tools
+        else:
+            self.tools = with_tools(
+                builtin_tools(sandbox_settings(config), config.tools.web_fetch), tools or ()
+            )
         self.store = store if store is not None else build_store(config)
         self.log_cache = RunLogCache(self.store)
         # read once: the credentials this worker holds, kept out of every result
@@ -139,6 +152,8 @@ class AgentActivities:
         self.tool_calls = ToolCalls(self.tools, self.store, self.redact, self.telemetry)
         self.run_logs = RunLogs(self.store, self.log_cache, self.sinks, self.telemetry)
         self.legacy = LegacySessions(self.store)
+        # the [hooks] commands, in the sandbox the bash tool's commands run in
+        self.hook_calls = HookCalls(sandbox_settings(config), self.redact)
         self.compactions = Compactions(self.model_calls)
         # where the activities are: each method under ``@activity.defn`` is one (``all()``)
         self.parts: tuple[object, ...] = (
@@ -148,6 +163,7 @@ class AgentActivities:
             self.tool_calls,
             self.run_logs,
             self.legacy,
+            self.hook_calls,
         )
 
     async def connect(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from temporalio import activity
 
 from durable_agent.activities.compaction import context_policy
+from durable_agent.activities.instructions import ProjectInstructions, read_project_files, system_prompt
 from durable_agent.activities.mcp.catalog import McpCatalog
 from durable_agent.activities.providers.model_provider import ModelProvider
 from durable_agent.activities.sinks import ExportSink
@@ -18,6 +20,7 @@ from durable_agent.config import AgentConfig, ModelPrices, model_prices
 from durable_agent.core.activity_api import RESOLVE_RUN, ResolveInput
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.models import ToolsUnavailable
+from durable_agent.core.output_schema import DEFAULT_OUTPUT_RETRIES, FINAL_RESULT_TOOL, final_result_offer
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_api import RunSettings
 from durable_agent.core.tool_specs import MCP_PREFIX, ToolOffer, capability_binding, offered_tools
@@ -116,7 +119,13 @@ class RunPlanner:
         if self.mcp:
             # what the MCP servers offer now: a run is offered their current tools
             await self.mcp.for_run()
-        offered = [t.offer() for t in offered_tools((t.spec for t in self.tools.values()), permissions)]
+        together = config.tools.runs_together
+        offered = [
+            t.offer(parallel=together(t.name, t.read_only))
+            for t in offered_tools((t.spec for t in self.tools.values()), permissions)
+        ]
+        if run.output_schema is not None:
+            offered.append(self._final_result_offer(run.output_schema, offered))
         kept, left_out = within_catalog_budget(offered, config.limits.max_tool_catalog_bytes)
         if left_out:
             activity.logger.warning(
@@ -126,6 +135,7 @@ class RunPlanner:
                 left_out[0].reason,
             )
         offers = tuple(kept)
+        project = await self._project_files(inp.run_id, workspace)
         return RunPlan(
             session_id=inp.session_id,
             run_id=inp.run_id,
@@ -133,10 +143,12 @@ class RunPlanner:
             prompt=inp.run.prompt or "" if inp.run is not None else "",
             workspace=str(workspace),
             model=model,
-            system_prompt=config.system_prompt,
+            system_prompt=system_prompt(config.system_prompt, project, run.instructions),
             tools=offers,
             permissions=permissions,
-            capability_binding=capability_binding((o.definition for o in offers), permissions),
+            capability_binding=capability_binding(
+                (o.definition for o in offers), permissions, project.records
+            ),
             export_sink=sink,
             max_tool_rounds=run.max_tool_rounds or config.max_tool_rounds,
             approval_timeout_seconds=run.approval_timeout_seconds or config.approval_timeout_seconds,
@@ -146,7 +158,36 @@ class RunPlanner:
             limits=config.limits,
             context=context_policy(config, model),
             tools_refused=tuple(left_out),
+            instruction_files=project.records,
+            hooks=config.hooks,
+            output_schema=run.output_schema,
+            max_output_retries=DEFAULT_OUTPUT_RETRIES
+            if run.max_output_retries is None
+            else run.max_output_retries,
         )
+
+    @staticmethod
+    def _final_result_offer(schema: dict[str, Any], offered: Sequence[ToolOffer]) -> ToolOffer:
+        """The ``final_result`` tool of a run with an output schema (outside the permission rules,
+        which decide on the worker's tools only); a worker tool of that name would be hidden by it."""
+        if any(o.definition.name == FINAL_RESULT_TOOL for o in offered):
+            raise usage_error(
+                f"output_schema: this worker has a tool named {FINAL_RESULT_TOOL!r}, the name of the "
+                "tool a typed run ends with: rename that tool, or deny it to this run"
+            )
+        return final_result_offer(schema)
+
+    async def _project_files(self, run_id: str, workspace: Path) -> ProjectInstructions:
+        """The project instruction files of a run in ``workspace`` (none when the config turns
+        them off); a file found and not read is logged, and the run goes on without it."""
+        settings = self.config.instructions
+        if not settings.project_files:
+            return ProjectInstructions()
+        # a few small reads, each bounded, off the event loop
+        project = await asyncio.to_thread(read_project_files, workspace, settings.file_names)
+        for reason in project.skipped:
+            activity.logger.warning("run %s: instruction file not read: %s", run_id, reason)
+        return project
 
     def _budgets(self, run: RunSettings, model: str) -> dict[str, Any]:
         """The run's idle timeout, budgets and the model's prices; a cost budget needs prices."""

@@ -16,7 +16,7 @@ from durable_agent.activities.staging import stage, stage_images, staged_text
 from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.activities.support import heartbeating, state_missing
 from durable_agent.activities.tools.path_guard import READ_DENIED, check_resolved, read_denier
-from durable_agent.activities.tools.tool import Tool, ToolContent, ToolFailure
+from durable_agent.activities.tools.tool import CURRENT_CALL, Tool, ToolContent, ToolFailure
 from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
 from durable_agent.core.models import ImageBlock, Message
 from durable_agent.core.run_log import StateMissing
@@ -65,6 +65,7 @@ class ToolCalls:
                 return refused
             if inp.permissions is not None:
                 READ_DENIED.set(read_denier(inp.permissions, Path(inp.workspace).resolve()))
+            CURRENT_CALL.set(inp)
             content = await heartbeating(tool.run(args, Path(inp.workspace)))
         except (ToolCallError, ToolFailure) as exc:
             return ToolOutput(content=self.redact(str(exc)), is_error=True)

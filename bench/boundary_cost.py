@@ -81,7 +81,7 @@ from temporalio.worker import Worker
 
 from bench.digest_sink import DigestSink
 from bench.naive import NAIVE_MODEL, NAIVE_WORKFLOW, NaiveAgentRun, NaiveInput, NaiveModel
-from bench.reader_setup import make_file
+from bench.reader_setup import add_workload_arguments, make_file
 from bench.runs import CoreLog, completed_calls, ending, fetch_chain, last_model_input, scan_warnings, settle
 from bench.tokens import ReaderModel, Tally
 from durable_agent.activities import AgentActivities
@@ -407,9 +407,7 @@ async def run_all(client: Client, tmp: Path, args: argparse.Namespace) -> list[d
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--boundaries", type=int, nargs="+", default=[10, 50, 200, 1000], metavar="N")
-    parser.add_argument("--file-bytes", type=int, default=20_000, help="size of the file each read returns")
-    parser.add_argument("--naive-max", type=int, default=200, help="run the naive design only up to this N")
+    add_workload_arguments(parser)
     parser.add_argument(
         "--window", type=int, default=128_000, help="the model's context window in tokens (0: none)"
     )

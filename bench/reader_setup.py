@@ -10,6 +10,7 @@ by it and ours does not compact.
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 from pathlib import Path
@@ -36,6 +37,15 @@ def make_file(path: Path, size: int) -> None:
         lines.append(line)
         total += len(line)
     path.write_text("".join(lines)[: size - 1] + "\n")
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the reader workload that ``boundary_cost`` and ``step_cost`` both measure:
+    the run lengths (``--boundaries``), the file read (``--file-bytes``), and how far the naive
+    design goes (``--naive-max``)."""
+    parser.add_argument("--boundaries", type=int, nargs="+", default=[10, 50, 200, 1000], metavar="N")
+    parser.add_argument("--file-bytes", type=int, default=20_000, help="size of the file each read returns")
+    parser.add_argument("--naive-max", type=int, default=200, help="run the naive design only up to this N")
 
 
 def workspace_of(base: Path) -> Path:

@@ -76,7 +76,14 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bench.naive import NAIVE_WORKFLOW, NaiveAgentRun, NaiveInput, NaiveModel
-from bench.reader_setup import prepare, reader_activities, reader_config, sink_root, workspace_of
+from bench.reader_setup import (
+    add_workload_arguments,
+    prepare,
+    reader_activities,
+    reader_config,
+    sink_root,
+    workspace_of,
+)
 from bench.runs import CoreLog, completed_calls, ending, fetch_chain, settle
 from bench.step_report import report, summarize
 from bench.takeover import COMPLETED, SCHEDULED, measure_takeover, when
@@ -346,10 +353,8 @@ async def run_all(client: Client, address: str, tmp: Path, args: argparse.Namesp
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--boundaries", type=int, nargs="+", default=[10, 50, 200, 1000], metavar="N")
+    add_workload_arguments(parser)
     parser.add_argument("--repeat", type=int, default=3, help="runs per N up to 200 (median); one above")
-    parser.add_argument("--naive-max", type=int, default=200, help="run the naive design only up to this N")
-    parser.add_argument("--file-bytes", type=int, default=20_000, help="size of the file each read returns")
     parser.add_argument("--throughput-runs", type=int, default=20)
     parser.add_argument("--throughput-steps", type=int, default=50)
     parser.add_argument("--takeover-rounds", type=int, default=3)

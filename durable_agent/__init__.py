@@ -36,6 +36,8 @@ if TYPE_CHECKING:
         read_export_file,
     )
     from durable_agent.activities.store.session_store import Closable, Connectable, SessionStore
+    from durable_agent.activities.tools.custom import ToolContext, ToolDefinitionError, tool
+    from durable_agent.activities.tools.tool import ToolContent, ToolFailure
     from durable_agent.client import (
         connect,
         end_conversation,
@@ -73,6 +75,12 @@ _WHERE: dict[str, str] = {
     "AgentActivities": "durable_agent.activities.agent",
     "build_worker": "durable_agent.worker",
     "DurableAgentPlugin": "durable_agent.plugin",
+    # tools of your own, from typed functions
+    "tool": "durable_agent.activities.tools.custom",
+    "ToolContext": "durable_agent.activities.tools.custom",
+    "ToolDefinitionError": "durable_agent.activities.tools.custom",
+    "ToolContent": "durable_agent.activities.tools.tool",
+    "ToolFailure": "durable_agent.activities.tools.tool",
     # the config
     "AgentConfig": "durable_agent.config",
     "load_config": "durable_agent.config",
@@ -108,6 +116,10 @@ __all__ = [
     "SessionCheckpointExportV1",
     "SessionStore",
     "SinkError",
+    "ToolContent",
+    "ToolContext",
+    "ToolDefinitionError",
+    "ToolFailure",
     "__version__",
     "build_worker",
     "connect",
@@ -120,6 +132,7 @@ __all__ = [
     "send_prompt",
     "start_run",
     "steer_run",
+    "tool",
 ]
 
 

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn, TypeVar, cast, overload
 
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import IndexedValueType
@@ -44,6 +44,7 @@ from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.export import SessionCheckpointExportV1
 from durable_agent.core.failures import INPUT_TOO_LARGE
 from durable_agent.core.models import EndEvent, EventRecord, LiveText
+from durable_agent.core.output_schema import OutputSchemaError, RunOutputError, schema_of, typed_output
 from durable_agent.core.plan import MESSAGE_BYTES_CEILING, WORKFLOW_TASK_SECONDS
 from durable_agent.core.run_api import (
     AWAITING_PROMPT,
@@ -72,6 +73,7 @@ DEFAULT_TASK_QUEUE = "agent"
 SEARCH_ATTRIBUTES = (SA_SESSION_ID, SA_RUN_STATUS)
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def exit_process(code: int) -> NoReturn:
@@ -211,6 +213,7 @@ async def start_run(
     workflow_id: str | None = None,
     queue: str | None = None,
     task_timeout: timedelta = timedelta(seconds=WORKFLOW_TASK_SECONDS),
+    output_type: Any = None,
 ) -> WorkflowHandle[Any, AgentRunResult]:
     """Start an ``AgentRun``; the input is validated here first, so errors come back at once.
 
@@ -224,6 +227,10 @@ async def start_run(
             how long a run whose worker died in a workflow task waits before another worker
             takes it; the worker's ``[timeouts] workflow_task_seconds`` applies from the run's
             next execution on.
+        output_type: A typed result: the type the run's answer must be (a pydantic model, a
+            dataclass, ``list[int]``, ... anything pydantic's ``TypeAdapter`` takes). It sets
+            ``run.output_schema`` to the type's JSON Schema; read the answer with
+            ``run_result(client, workflow_id, output_type=...)``.
 
     Returns:
         The handle of the started workflow; ``await handle.result()`` gives the
@@ -231,11 +238,17 @@ async def start_run(
 
     Raises:
         pydantic.ValidationError: ``run`` is not a valid ``AgentRunInput``.
+        durable_agent.core.output_schema.OutputSchemaError: ``output_type``'s schema is one a run
+            cannot take (a ``ValueError``), or ``run`` has an ``output_schema`` too.
         temporalio.exceptions.WorkflowAlreadyStartedError: A workflow with ``workflow_id`` is
             running.
         temporalio.service.RPCError: The service refused the start (an input over its 2 MB
             payload limit, say).
     """
+    if output_type is not None:
+        if run.output_schema is not None:
+            raise OutputSchemaError("give output_type or run.output_schema, not both")
+        run = run.model_copy(update={"output_schema": schema_of(output_type)})
     run = AgentRunInput.model_validate(run.model_dump(exclude_none=True))
     title = run.prompt
     if title is None:
@@ -296,9 +309,17 @@ async def resume_run(
     return await start_run(client, AgentRunInput(**source, **fields), workflow_id=workflow_id, queue=queue)
 
 
-async def run_result(client: Client, workflow_id: str) -> AgentRunResult:
+@overload
+async def run_result(client: Client, workflow_id: str) -> AgentRunResult: ...
+
+
+@overload
+async def run_result(client: Client, workflow_id: str, *, output_type: type[T]) -> T: ...
+
+
+async def run_result(client: Client, workflow_id: str, *, output_type: Any = None) -> Any:
     """The result of the run ``workflow_id`` (its latest execution) once it has ended, however
-    it ended.
+    it ended; with ``output_type``, its typed answer.
 
     A cancelled run ends in Temporal's Canceled state, which carries no result: its final
     record comes from the run's ``result`` query (a worker answers it by replaying the run).
@@ -306,12 +327,17 @@ async def run_result(client: Client, workflow_id: str) -> AgentRunResult:
     Args:
         client: A client from ``connect``.
         workflow_id: The run's workflow id; its latest execution is read.
+        output_type: The type the run was started with (``start_run(..., output_type=...)``):
+            the run's ``output`` is validated as one and returned.
 
     Returns:
         The run's ``AgentRunResult`` once it has ended: completed, failed, out of budget or
-            cancelled.
+            cancelled. With ``output_type``: the run's answer, an ``output_type``.
 
     Raises:
+        durable_agent.core.output_schema.RunOutputError: With ``output_type``: the run did not
+            complete with a typed answer (the message says how it ended, and why), or its
+            answer is not an ``output_type``.
         temporalio.client.WorkflowFailureError: The workflow ended without a result: its input
             was refused at the start (the cause an ``ApplicationError`` of type
             ``InvalidRunInput``, ``InputTooLarge`` or ``PayloadRefused``), it was cancelled
@@ -319,6 +345,22 @@ async def run_result(client: Client, workflow_id: str) -> AgentRunResult:
         temporalio.service.RPCError: The workflow does not exist, or no worker answered a
             cancelled run's ``result`` query.
     """
+    result = await _ended_result(client, workflow_id)
+    return result if output_type is None else typed_result(result, output_type)
+
+
+def typed_result(result: AgentRunResult, output_type: type[T]) -> T:
+    """A run's answer as an ``output_type`` (see ``run_result``)."""
+    if result.status != "completed" or result.output is None:
+        how = f"ended {result.status}" + (f": {result.error}" if result.error else "")
+        if result.status == "completed":
+            how = "completed without a typed answer (was it started with output_type?)"
+        raise RunOutputError(f"run {result.run_id} has no output: it {how}")
+    return typed_output(result.output, output_type)
+
+
+async def _ended_result(client: Client, workflow_id: str) -> AgentRunResult:
+    """The ended run's ``AgentRunResult`` (``run_result``), from the ``result`` query when cancelled."""
     handle = client.get_workflow_handle(workflow_id, result_type=AgentRunResult)
     try:
         result: AgentRunResult = await handle.result()

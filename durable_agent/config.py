@@ -15,8 +15,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from durable_agent.core.errors import DurableAgentError, validation_problems
+from durable_agent.core.hooks import HooksConfig
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import Limits, Timeouts
+from durable_agent.core.tool_args import WEB_FETCH_DEFAULT_MAX_BYTES, WEB_FETCH_DEFAULT_TIMEOUT
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -29,6 +31,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# A price in USD per million tokens (a provider's or a model's); unset: not priced here.
+UsdPerMTok = Annotated[float | None, Field(ge=0)]
+
+
 class ScriptedProviderConfig(_Strict):
     """Responses come from a JSON file: offline demos, tests, agent tests of your own."""
 
@@ -38,10 +44,10 @@ class ScriptedProviderConfig(_Strict):
     # leaves the worker (used to prove that credentials stay out of history).
     api_key_env: str | None = None
     # Prices for the run's cost budget, as on HTTP providers.
-    input_usd_per_mtok: float | None = Field(None, ge=0)
-    output_usd_per_mtok: float | None = Field(None, ge=0)
-    cache_read_usd_per_mtok: float | None = Field(None, ge=0)
-    cache_write_usd_per_mtok: float | None = Field(None, ge=0)
+    input_usd_per_mtok: UsdPerMTok = None
+    output_usd_per_mtok: UsdPerMTok = None
+    cache_read_usd_per_mtok: UsdPerMTok = None
+    cache_write_usd_per_mtok: UsdPerMTok = None
     # The model's context window in tokens; unset, a scripted run's context is not managed.
     context_window: int | None = Field(None, ge=1)
     # The scripted model takes images (tests of what a model with ``attachment`` is sent).
@@ -61,10 +67,10 @@ class ModelSettings(_Strict):
     context_window: int | None = Field(None, ge=1)  # tokens; unset: the provider's, or the table's
     # USD per million prompt / completion tokens: a run's cost budget (``max_cost_usd``); prompt
     # tokens read from or written to the provider's cache at their own prices (unset: the input's)
-    input_usd_per_mtok: float | None = Field(None, ge=0)
-    output_usd_per_mtok: float | None = Field(None, ge=0)
-    cache_read_usd_per_mtok: float | None = Field(None, ge=0)
-    cache_write_usd_per_mtok: float | None = Field(None, ge=0)
+    input_usd_per_mtok: UsdPerMTok = None
+    output_usd_per_mtok: UsdPerMTok = None
+    cache_read_usd_per_mtok: UsdPerMTok = None
+    cache_write_usd_per_mtok: UsdPerMTok = None
     # A reasoning model: its reasoning is kept and passed back on every later request
     # (``thinking`` blocks, ``reasoning_content``, Responses reasoning items).
     reasoning: bool | None = None
@@ -113,10 +119,10 @@ class HttpProviderConfig(_Strict):
     context_window: int | None = Field(None, ge=1)
     # USD per million prompt / completion / cache-read / cache-write tokens, for all its models
     # (a model's own wins); unset cache prices: cached tokens are priced as input
-    input_usd_per_mtok: float | None = Field(None, ge=0)
-    output_usd_per_mtok: float | None = Field(None, ge=0)
-    cache_read_usd_per_mtok: float | None = Field(None, ge=0)
-    cache_write_usd_per_mtok: float | None = Field(None, ge=0)
+    input_usd_per_mtok: UsdPerMTok = None
+    output_usd_per_mtok: UsdPerMTok = None
+    cache_read_usd_per_mtok: UsdPerMTok = None
+    cache_write_usd_per_mtok: UsdPerMTok = None
     # For all its models, as on ``ModelSettings`` (a model's own wins).
     reasoning: bool = False
     reasoning_effort: ReasoningEffort | None = None
@@ -294,6 +300,24 @@ class ConversationConfig(_Strict):
     idle_timeout_seconds: float | None = Field(3600, gt=0)
 
 
+class InstructionsConfig(_Strict):
+    """Project instructions: the files a run's system prompt takes in from the repository around
+    its workspace, from the repository's root down to the workspace (see Context and conversations)."""
+
+    # Read them: off, a run's system prompt is ``system_prompt`` (and its input's ``instructions``).
+    project_files: bool = True
+    # The names looked for in each folder: the first that is there is read, the others not.
+    file_names: tuple[str, ...] = ("AGENTS.md", "CLAUDE.md")
+
+    @field_validator("file_names")
+    @classmethod
+    def _plain_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+                raise ValueError(f"{name!r} is not a file name (a name in a folder, no path)")
+        return names
+
+
 class BudgetsConfig(_Strict):
     """Each run's default budgets (none by default); a run's input may set its own."""
 
@@ -468,7 +492,52 @@ class McpServerConfig(_Strict):
         return self
 
 
+class WebFetchConfig(_Strict):
+    """The ``web_fetch`` tool. Which hosts a run may fetch from is its permission rules'
+    business (``web_fetch(domain:HOST)``, denied by default); this is what one fetch may do."""
+
+    # Connect to private, loopback, link-local and other non-public addresses too (a service on
+    # the worker's own network): off, so a page or a redirect never leads the worker into it.
+    allow_private_addresses: bool = False
+    # The body read at most (after decompression); the rest is cut, and the result says so.
+    max_bytes: int = Field(WEB_FETCH_DEFAULT_MAX_BYTES, ge=1, le=100 * 1024 * 1024)
+    # The whole fetch, redirects and name lookups included (keep it under ``[timeouts]`` ``tool_seconds``).
+    timeout_seconds: float = Field(WEB_FETCH_DEFAULT_TIMEOUT, gt=0, le=600)
+
+
+class ToolsConfig(_Strict):
+    """Settings of the built-in tools, and which calls of one answer run together."""
+
+    web_fetch: WebFetchConfig = WebFetchConfig()  # The `web_fetch` tool.
+    # Run the calls of one model answer that are safe together at the same time: calls of tools
+    # that only read (`read`, `ls`, `glob`, `grep`, `web_fetch`, a host's tool made with
+    # `read_only=True`, an MCP tool whose server marks it `readOnlyHint`) and of the tools
+    # `parallel` names. Each call's boundary is still exported in the answer's order. Off: every
+    # call runs alone, in order.
+    parallel_calls: bool = True
+    # More tools whose calls may run together with the answer's other such calls, by the name
+    # the model calls them by (`bash`, `mcp__github__search_code`): only for tools whose calls
+    # never depend on one another (two `bash` lines of one answer then run at once).
+    parallel: tuple[str, ...] = ()
+
+    def runs_together(self, name: str, read_only: bool) -> bool:
+        """Whether the calls of the tool ``name`` may run together with the other such calls of
+        one answer.
+
+        Args:
+            name: the tool's name, as offered.
+            read_only: whether the tool only reads.
+
+        Returns:
+            ``parallel_calls``, and the tool only reads or ``parallel`` names it.
+        """
+        return self.parallel_calls and (read_only or name in self.parallel)
+
+
 class AgentConfig(_Strict):
+    """The worker's config: the TOML file ``AGENT_CONFIG`` names, as ``load_config`` reads it.
+    Unknown keys are refused."""
+
     default_model: str = "scripted/demo"
     default_sink: str | None = "local"
     default_workspace: Path = Path(".")
@@ -486,8 +555,11 @@ class AgentConfig(_Strict):
     timeouts: Timeouts = Timeouts()
     limits: Limits = Limits()
     sandbox: SandboxConfig = SandboxConfig()
+    tools: ToolsConfig = ToolsConfig()  # The tools: `[tools.web_fetch]`, which calls run together.
     conversation: ConversationConfig = ConversationConfig()
     budgets: BudgetsConfig = BudgetsConfig()
+    # Project instructions: the AGENTS.md files a run's system prompt takes in.
+    instructions: InstructionsConfig = InstructionsConfig()
     context: ContextConfig = ContextConfig()
     metrics: MetricsConfig = MetricsConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
@@ -495,6 +567,7 @@ class AgentConfig(_Strict):
     mcp: dict[Annotated[str, Field(pattern=_MCP_NAME, max_length=32)], McpServerConfig] = Field(
         default_factory=dict
     )
+    hooks: HooksConfig = HooksConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -525,7 +598,15 @@ class AgentConfig(_Strict):
         return self
 
     def with_base(self, base: Path) -> AgentConfig:
-        """Resolve relative paths against ``base`` (the config file's folder)."""
+        """Resolve relative paths against ``base`` (the config file's folder).
+
+        Args:
+            base: The folder relative paths are taken from.
+
+        Returns:
+            A copy of the config with its relative paths (the default workspace, the store's
+                and the sinks' folders, a scripted model's script, …) made absolute.
+        """
 
         def fix(p: Path) -> Path:
             return p if p.is_absolute() else (base / p)
@@ -574,7 +655,22 @@ def parse_config(data: dict[str, object], base: Path) -> AgentConfig:
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> AgentConfig:
-    """Load the config named by ``path`` or ``AGENT_CONFIG``; the built-in default when unset."""
+    """Load the config named by ``path`` or ``AGENT_CONFIG``; the built-in default when unset.
+
+    Args:
+        path: The TOML file; default: the one ``AGENT_CONFIG`` names. Relative paths in it
+            (the store's and the sinks' folders, the sandbox's, …) are taken from the
+            file's folder.
+
+    Returns:
+        The validated config; with neither a path nor ``AGENT_CONFIG``, the built-in one
+            (the scripted demo model, a filesystem store and sink), its paths relative to
+            the current folder.
+
+    Raises:
+        ConfigError: The file does not exist, is not valid TOML, or is not a valid config
+            (the message names each key that is wrong and why).
+    """
     if path is None:
         path = os.environ.get("AGENT_CONFIG") or None
     if path is None:

@@ -30,9 +30,12 @@ from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from durable_agent.activities import AgentActivities
+from durable_agent.activities.tools.custom import added_tools
+from durable_agent.activities.tools.tool import Tool
 from durable_agent.client import agent_interceptors
 from durable_agent.codec import data_converter
 from durable_agent.config import AgentConfig, load_config
+from durable_agent.core.tool_specs import BUILTIN_TOOLS
 from durable_agent.telemetry import approvals_waiting_reporter, metrics_runtime
 from durable_agent.workflows import AgentRun
 
@@ -70,17 +73,31 @@ class DurableAgentPlugin(SimplePlugin):
         config: The agent config; default: the file ``AGENT_CONFIG`` names, or the built-in one.
         activities: The activities to register; default: built from ``config`` when the first
             worker is configured (so a client-only use never reads provider credentials).
+        tools: Tools of your own (``@tool`` functions) that the workers offer besides the
+            built-in ones, as ``AgentActivities(tools=...)`` takes them; with ``activities``,
+            give them to those instead.
 
     Raises:
         ConfigError: The config file is missing or invalid, or the ``OTEL_*`` variables ask
             for an exporter that cannot be made here.
+        ToolDefinitionError: A function in ``tools`` cannot be a tool, or a tool's name is
+            taken (by a built-in tool, another one given, or the ``mcp__`` names).
+        ValueError: Both ``activities`` and ``tools`` are given.
     """
 
     def __init__(
-        self, config: AgentConfig | None = None, *, activities: AgentActivities | None = None
+        self,
+        config: AgentConfig | None = None,
+        *,
+        activities: AgentActivities | None = None,
+        tools: Sequence[Tool | Callable[..., Any]] = (),
     ) -> None:
+        if activities is not None and tools:
+            raise ValueError("DurableAgentPlugin: give the tools to the AgentActivities passed in")
         self.config = config if config is not None else load_config()
         self._activities = activities
+        # checked now, so that a clash fails the host's start, not its first worker
+        self._tools = list(added_tools(tools, BUILTIN_TOOLS).values())
         self._runtime: Runtime | None = None
         self._workers = 0  # running workers of this plugin's: the last one closes the connections
         super().__init__(
@@ -104,7 +121,7 @@ class DurableAgentPlugin(SimplePlugin):
                 is unset, …), when they are made here.
         """
         if self._activities is None:
-            self._activities = AgentActivities(self.config)
+            self._activities = AgentActivities(self.config, tools=self._tools)
         return self._activities
 
     def _data_converter(

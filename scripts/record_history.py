@@ -15,6 +15,8 @@ histories): ::
     python scripts/record_history.py cancel-checkpoint tests/histories/agent_run_cancel_checkpoint_v7.json
     python scripts/record_history.py shell-unseen tests/histories/agent_run_shell_unseen_v7.json
     python scripts/record_history.py bounded-prompt tests/histories/agent_run_bounded_prompt_v7.json
+    python scripts/record_history.py parallel tests/histories/agent_run_parallel_v8.json
+    python scripts/record_history.py hooks tests/histories/agent_run_hooks_v8.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -36,6 +38,8 @@ one that only some runs ask for: ``cancel-waits-for-checkpoint``, ``shell-judge-
 carries ``cancel-waits-for-checkpoint``'s marker without a cancel.) Which history carries which
 patch's marker is in the ledger, ``workflows/patches.py``.
 
+``*_v8``: a run with ``[hooks]`` (the ``run-hooks`` patch), its hooks run as ``agent.hook`` activities.
+
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the
 ``approve`` update, a denied shell line, and a write.
@@ -46,6 +50,10 @@ patch's marker is in the ledger, ``workflows/patches.py``.
 the judge before it sent to a person (``workflows/shell_gate.py``).
 ``bounded-prompt``: a start prompt over ``[limits] max_message_bytes``: the run is refused
 (``InputTooLarge``) after resolving its plan.
+``hooks``: a ``user_prompt_submit`` hook, a ``pre_tool_use`` hook that blocks a ``bash`` call
+(exit 2), a ``post_tool_use`` hook after a ``write`` and a failing ``stop`` hook.
+``parallel`` (the ``parallel-tool-calls`` patch): an answer of two reads and a grep, run together,
+a write, alone, and a read after it; then an answer of two ``ls`` calls asked about together.
 ``conversation``: a run with ``follow_ups``: a second prompt after its answer, then ``end``.
 ``continued``: a run that continues as new, twice, once between two calls of
 one model step; OUT gets its first execution, OUT-last its last.
@@ -116,6 +124,12 @@ async def approve_when_asked(handle: WorkflowHandle[Any, Any], times: int = 1) -
 
 async def approve_three(handle: WorkflowHandle[Any, Any]) -> None:
     await approve_when_asked(handle, 3)
+
+
+async def approve_two(handle: WorkflowHandle[Any, Any]) -> None:
+    """The ``parallel`` scenario's two calls, asked about together: both wait at once."""
+    await status_when(handle, lambda s: len(s.pending_approvals) == 2, "two calls to wait together")
+    await approve_when_asked(handle, 2)
 
 
 def linked(ws: Path) -> None:
@@ -254,6 +268,44 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "limits": {"max_message_bytes": 1_024},
         "status": "refused",
     },
+    "hooks": {
+        "responses": [
+            tool_call("b1", "bash", command="rm -rf build"),
+            tool_call("w1", "write", file_path="c.txt", content="gamma\n"),
+            final("wrote c.txt"),
+        ],
+        "permissions": {"allow": ["bash", "write(*)"], "default": "deny"},
+        "prompt": "clean up, then write c.txt",
+        "hooks": {
+            "user_prompt_submit": [{"command": "cat > /dev/null"}],
+            "pre_tool_use": [{"matcher": "bash", "command": "echo 'no rm here' >&2; exit 2"}],
+            "post_tool_use": [{"matcher": "write", "command": "wc -c c.txt"}],
+            "stop": [{"command": "exit 1"}],
+        },
+    },
+    "parallel": {
+        "responses": [
+            {
+                "tool_calls": [
+                    read_call("r1", "a.txt")["tool_calls"][0],
+                    read_call("r2", "b.txt")["tool_calls"][0],
+                    tool_call("g1", "grep", pattern="a")["tool_calls"][0],
+                    tool_call("w1", "write", file_path="c.txt", content="gamma\n")["tool_calls"][0],
+                    read_call("r3", "c.txt")["tool_calls"][0],
+                ]
+            },
+            {
+                "tool_calls": [
+                    tool_call("l1", "ls", path=".")["tool_calls"][0],
+                    tool_call("l2", "ls", path=".")["tool_calls"][0],
+                ]
+            },
+            final("read together, wrote alone, listed after approval"),
+        ],
+        "permissions": {"allow": ["read(*)", "write(*)", "grep"], "ask": ["ls"], "default": "deny"},
+        "prompt": "read a.txt, b.txt and grep together, write c.txt, then list twice",
+        "during": approve_two,
+    },
     "reasoning": {
         "responses": [
             {
@@ -319,6 +371,7 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> list[str]:
             "sinks": {"local": {"kind": "filesystem", "path": str(tmp / "exports")}},
             "permissions": scenario["permissions"],
             "limits": scenario.get("limits", {}),
+            **({"hooks": scenario["hooks"]} if "hooks" in scenario else {}),
         },
         tmp,
     )

@@ -78,8 +78,8 @@ def _prior_run() -> RunRecord:
     state.add_model_response(
         ModelResponse(message=Message(role="assistant", content=(TextBlock(text="Hello."),))), 1_500
     )
-    events = tuple(state.events)
-    snapshot = run_snapshot(state.header(), events, "completed", 1_600, result_text="Hello.")
+    events = tuple(state.journal.events)
+    snapshot = run_snapshot(state.journal.header(), events, "completed", 1_600, result_text="Hello.")
     return RunRecord(snapshot=snapshot, events=events)
 
 
@@ -89,9 +89,9 @@ def _step(state: LoopState, now_ms: int, text: str | None, *calls: ToolUseBlock)
     state.add_model_response(
         ModelResponse(message=Message(role="assistant", content=blocks), usage=usage), now_ms
     )
-    state.emit(ModelUsageEvent(step=state.tool_rounds, usage=usage, estimated_tokens=118), now_ms)
+    state.journal.emit(ModelUsageEvent(step=state.tool_rounds, usage=usage, estimated_tokens=118), now_ms)
     for call in calls:
-        state.emit(ToolStartEvent.of(call.id, call.name, call.input), now_ms + 1)
+        state.journal.emit(ToolStartEvent.of(call.id, call.name, call.input), now_ms + 1)
 
 
 def golden_exports() -> list[PartedExport]:
@@ -103,16 +103,16 @@ def golden_exports() -> list[PartedExport]:
 
     def result(call: ToolUseBlock, output: str, is_error: bool, now_ms: int) -> None:
         state.add_tool_result(call, output, is_error, now_ms)
-        entry = state.take_entry()
+        entry = state.journal.take_entry()
         assert entry is not None
         log.apply(entry)
-        payload = export_payload(state.header(), log, prior, state.export_facts(now_ms + 5))
+        payload = export_payload(state.journal.header(), log, prior, state.export_facts(now_ms + 5))
         out.append(build_parted(encoder, payload))
 
     read = ToolUseBlock(id="c1", name="read", input={"file_path": "a.txt"})
     _step(state, 11_000, "Reading a.txt — ä ☃ first.", read)
     result(read, "     1\talpha ä ☃\n     2\tTODO: beta\n", False, 12_000)
-    state.emit(TurnEndEvent(turn=1, usage=state.usage), 12_010)
+    state.journal.emit(TurnEndEvent(turn=1, usage=state.usage), 12_010)
     grep = ToolUseBlock(id="c2", name="grep", input={"pattern": "TODO", "path": "."})
     ls = ToolUseBlock(id="c3", name="bash", input={"command": "ls -la /root"})
     _step(state, 13_000, None, grep, ls)

@@ -59,10 +59,10 @@ def state_at_boundary(turns: int = 1) -> LoopState:
 
 def export_at(state: LoopState, now_ms: int) -> SessionCheckpointExportV1:
     """The export an activity builds from the store's copy of ``state``'s log."""
-    state.take_entry()
+    state.journal.take_entry()
     log = RunLog(state.plan.run_id)
-    log.apply_all(state.journal)
-    return build_export(state.header(), log, [], state.export_facts(now_ms))
+    log.apply_all(state.journal.entries)
+    return build_export(state.journal.header(), log, [], state.export_facts(now_ms))
 
 
 def test_the_same_boundary_always_gives_the_same_bytes() -> None:
@@ -181,10 +181,10 @@ def test_text_and_tool_results_shape_the_conversation() -> None:
     assert state.add_model_response(response, 1) == list(calls)
     state.add_tool_result(calls[0], "x", False, 2)
     state.add_tool_result(calls[1], "boom", True, 3)
-    last = state.pending().messages[-1]
+    last = state.journal.pending().messages[-1]
     assert last.role == "user" and [b.tool_use_id for b in last.content] == ["a", "b"]  # type: ignore[union-attr]
     assert state.turn == 2 and state.tool_rounds == 1
-    assert [e.event.type for e in state.events] == ["run_start", "text_delta", "tool_end", "tool_end"]
+    assert [e.event.type for e in state.journal.events] == ["run_start", "text_delta", "tool_end", "tool_end"]
 
 
 def test_events_carry_a_preview_of_long_tool_inputs_and_outputs() -> None:

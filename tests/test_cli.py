@@ -195,7 +195,8 @@ async def test_run_refuses_invalid_input_before_starting_anything(
 
 async def test_status_and_cancel_of_a_run_in_flight(client: Client, tmp_path: Path) -> None:
     ws = workspace_with(tmp_path, {"a.txt": "evidence\n"})
-    slow = {"text": "still thinking", "delay_ms": 5000}
+    # the slow step is cancelled long before it ends: a loaded machine still finds the run in it
+    slow = {"text": "still thinking", "delay_ms": 60000}
     config = scripted_config(tmp_path, [read_call("c1", "a.txt"), slow, final()])
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, ws)

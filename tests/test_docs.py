@@ -106,6 +106,8 @@ def config_keys() -> dict[tuple[str, str | None], set[str]]:
             if typing.get_origin(annotation) is dict:
                 annotation = typing.get_args(annotation)[1]
                 child += ".MODEL" if name == "models" else ".NAME"
+            elif typing.get_origin(annotation) is tuple and typing.get_args(annotation):
+                annotation = typing.get_args(annotation)[0]  # an array of tables: [[hooks.stop]]
             kinds = _tables(annotation)
             for table in kinds:
                 own = None
@@ -126,7 +128,7 @@ def reference_tables(markdown: str) -> dict[tuple[str, str | None], set[str]]:
         if line.startswith("### "):
             path = re.search(r"\[([^\]]+)\]", line)
             kind = re.search(r'kind = "([^"]+)"', line)
-            table = path.group(1).replace('"', "") if path else ""
+            table = path.group(1).replace('"', "").lstrip("[") if path else ""
             current = (table, kind.group(1) if kind else None)
             found.setdefault(current, set())
         elif line.startswith("## "):

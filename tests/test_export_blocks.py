@@ -121,13 +121,13 @@ def signed_export() -> SessionCheckpointExportV1:
     state.add_model_response(ModelResponse(message=message), 2_000)
     image = image_block(TINY_PNG, "image/png")
     state.add_tool_result(call, "plot.png is an image/png", False, 3_000, images=(image,))
-    entry = state.take_entry()
+    entry = state.journal.take_entry()
     assert entry is not None
     log = RunLog("run-blocks")
     log.apply(entry)
     assert log.messages[-1].images()[0].is_reference  # what the store's log holds
     filled = with_image_data(log.messages, {image.digest: image.data})
-    payload = export_payload(state.header(), log, [], state.export_facts(3_500), filled)
+    payload = export_payload(state.journal.header(), log, [], state.export_facts(3_500), filled)
     return SessionCheckpointExportV1.build(payload)
 
 

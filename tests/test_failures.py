@@ -271,13 +271,17 @@ PUBLIC_ERRORS = {
     "durable_agent.core.globs.GlobError": ValueError,
     "durable_agent.core.json_limits.JsonLimitError": ValueError,
     "durable_agent.core.permissions.InvalidRule": ValueError,
+    "durable_agent.core.patch_format.PatchError": ValueError,
     "durable_agent.core.run_log.StateMissing": Exception,
     "durable_agent.core.tool_specs.ToolCallError": ValueError,
+    "durable_agent.core.output_schema.OutputSchemaError": ValueError,
+    "durable_agent.core.output_schema.RunOutputError": Exception,
     "durable_agent.conformance.checks.ConformanceError": AssertionError,
     "durable_agent.activities.sink_manifest.ManifestError": ValueError,
     "durable_agent.activities.sinks.SinkError": Exception,
     "durable_agent.activities.providers.model_provider.ProviderError": Exception,
     "durable_agent.activities.tools.tool.ToolFailure": Exception,
+    "durable_agent.activities.tools.custom.ToolDefinitionError": ValueError,
     "durable_agent.activities.store.pg_schema.SchemaTooNew": RuntimeError,
     "durable_agent.activities.store.postgres.PostgresConnectError": RuntimeError,
     "durable_agent.worker.StorageUnusable": Exception,
@@ -287,6 +291,7 @@ INTERNAL_EXCEPTIONS = {
     "durable_agent.workflows.agent_run.BudgetStop",  # the run ends budget_exhausted
     "durable_agent.workflows.calls.RunCancelled",  # the run ends cancelled
     "durable_agent.workflows.calls.RunFailed",  # the run ends failed, recorded on the run
+    "durable_agent.core.output_schema.OutputSchemaUnusable",  # becomes RunFailed
     "durable_agent.activities.mcp.catalog.McpCallLost",  # Temporal retries the tool call
     "durable_agent.activities.mcp.connection.McpCrashed",  # the tool call's output says so
     "durable_agent.activities.mcp.connection.McpUnavailable",  # the server's tools are unavailable

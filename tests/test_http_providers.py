@@ -869,7 +869,10 @@ async def test_a_full_run_reads_a_file_exports_and_answers(
     first, second = server.requests
     assert wire.key_sent(first) == wire.key_sent(second) == key
     assert first.body["model"] == second.body["model"] == MODEL
-    assert wire.tool_names(first) == ["read"]
+    assert wire.tool_names(first) == [
+        "read",
+        "todo_write",
+    ]  # todo_write touches nothing: offered unless denied
     sent = json.dumps(wire.messages(second))
     assert "What does the evidence say?" in sent and "the answer is 42" in sent and "t1" in sent
     # the credential stays on the worker: not in the history, not in the export

@@ -95,6 +95,7 @@ CORE_THIRD_PARTY = frozenset(
         "re2",
         "tree_sitter",
         "tree_sitter_bash",
+        "jsonschema",  # a typed result's answer checked against its schema (``core/output_schema.py``)
     }
 )
 # Never in the core: Temporal, the network, processes, files, threads, signals.
@@ -154,6 +155,9 @@ DECLARED_THIRD_PARTY = frozenset(
         "mcp",
         "anyio",
         "httpx2",  # the mcp SDK's HTTP client: its streamable HTTP transport takes one
+        "markdownify",  # web_fetch: HTML as markdown
+        "bs4",  # beautifulsoup4: web_fetch parses the HTML it hands markdownify
+        "jsonschema",  # typed results: answers checked against the run's output schema
     }
 )
 # The top-level names ``durable_agent`` must never claim or import: a user's project has its own.

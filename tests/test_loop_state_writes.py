@@ -1,12 +1,14 @@
-"""The workflow changes a ``LoopState`` only through its methods.
+"""The workflow changes a ``LoopState`` and its journal only through their methods.
 
-Each ``LoopState`` method that changes the state records the event that goes
-with the change (``durable_agent.core.loop``); a workflow module that wrote an
-attribute itself (``state.exports.append(...)``, ``state.last_export = ...``)
-could change the state without its event. This walks the syntax of every module
-in ``workflows/`` and fails on any assignment to, augmented assignment of,
-deletion of, or mutating call on an attribute of a ``LoopState``: ``state.<x>``,
-``self.state.<x>`` or ``self._state.<x>`` (and anything below them).
+Each method of a ``LoopState`` or of its ``RunJournal`` that changes the state
+records the event that goes with the change (``durable_agent.core.loop``,
+``durable_agent.core.journal``); a workflow module that wrote an attribute itself
+(``state.journal.exports.append(...)``, ``state.journal.last_export = ...``) could
+change the state without its event. This walks the syntax of every module in
+``workflows/`` and fails on any assignment to, augmented assignment of, deletion
+of, or mutating call on an attribute of a ``LoopState``: ``state.<x>``,
+``self.state.<x>`` or ``self._state.<x>`` (and anything below them, so
+``state.journal.<x>`` too).
 """
 
 from __future__ import annotations
@@ -132,7 +134,10 @@ state.usage: TokenUsage = usage
 a, state.final_text = 1, "x"
 state.events[0] = record
 state.staged_ids.add(call.id)
-state.journal.pop()
+state.journal.entries.pop()
+state.journal.last_export = ExportSeed(sink=plan.export_sink, descriptor=descriptor, log=sent)
+state.journal.exports.append(ExportRef(turn=turn, content_digest=digest))
+self._state.journal.staged_ids.add(call.id)
 state.plan.tools.clear()
 del state.error
 setattr(state, "error", None)
@@ -141,9 +146,10 @@ setattr(state, "error", None)
     fine = """
 state = self._state = LoopState(plan, now_ms())
 self._state = state
-state.emit(event, now_ms())
-state.record_opened(opened.prior_run_ids)
-state.pending().model_copy(update={"events": ()})
+state.journal.emit(event, now_ms())
+state.journal.record_opened(opened.prior_run_ids)
+state.journal.pending().model_copy(update={"events": ()})
+state.journal.take_entry()
 plan = state.plan
 other.exports.append(x)
 self.pending.pop(call_id, None)

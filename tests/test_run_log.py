@@ -16,7 +16,8 @@ from durable_agent.activities.store.run_log_cache import RunLogCache
 from durable_agent.core.activity_api import OpenRunInput, SaveCheckpointInput
 from durable_agent.core.canonical import canonical_bytes, digest_of
 from durable_agent.core.export import RunRecord
-from durable_agent.core.loop import CARRIED_EVENTS, LoopState
+from durable_agent.core.journal import CARRIED_EVENTS
+from durable_agent.core.loop import LoopState
 from durable_agent.core.models import (
     ErrorEvent,
     Message,
@@ -81,7 +82,7 @@ def chain(texts: Sequence[str], head: LogRef = START) -> list[LogEntry]:
 
 def header(run_id: str = RUN, created_at_ms: int = 1_000, prior: tuple[str, ...] = ()) -> RunHeader:
     update = {"run_id": run_id, "created_at_ms": created_at_ms, "prior_run_ids": prior}
-    return LoopState(plan(), now_ms=1_000).header().model_copy(update=update)
+    return LoopState(plan(), now_ms=1_000).journal.header().model_copy(update=update)
 
 
 def record(run_id: str, created_at_ms: int, session_id: str = "s1") -> RunRecord:
@@ -98,11 +99,11 @@ def folded(entries: Sequence[LogEntry]) -> RunLog:
 def step_with_first_result() -> LoopState:
     """A run whose model asked for calls a and b; a's result is in the journal, b is still due."""
     state = LoopState(plan(), now_ms=1_000)
-    state.take_entry()
+    state.journal.take_entry()
     calls = state.add_model_response(ModelResponse(message=STEP, usage=TokenUsage(total_tokens=5)), 2_000)
     assert calls == [CALL_A, CALL_B]
     state.add_tool_result(CALL_A, "out-a", False, 3_000)
-    state.take_entry()
+    state.journal.take_entry()
     return state
 
 
@@ -140,15 +141,19 @@ def test_the_fold_reproduces_the_loop_s_conversation_and_refuses_an_entry_that_d
     state = step_with_first_result()
     state.add_tool_result(CALL_B, "out-b", False, 4_000)
     # what the model would see before the save: the saved log plus what is pending
-    assert folded(state.journal).with_pending(state.pending()) == [msg("read it"), STEP, BOTH]
-    third = state.take_entry()
+    assert folded(state.journal.entries).with_pending(state.journal.pending()) == [
+        msg("read it"),
+        STEP,
+        BOTH,
+    ]
+    third = state.journal.take_entry()
     assert third is not None and third.delta.messages == () and third.delta.extend_last == (RES_B,)
     assert state.add_model_response(ModelResponse(message=FINAL), 5_000) == []
-    state.take_entry()
-    log = folded(state.journal)
-    assert (log.messages, log.events) == ([msg("read it"), STEP, BOTH, FINAL], state.events)
-    assert log.ref == state.head and log.version == 4
-    one, two = state.journal[:2]
+    state.journal.take_entry()
+    log = folded(state.journal.entries)
+    assert (log.messages, log.events) == ([msg("read it"), STEP, BOTH, FINAL], state.journal.events)
+    assert log.ref == state.journal.head and log.version == 4
+    one, two = state.journal.entries[:2]
     for stranger in (third, LogEntry.after(ref(1), two.delta)):
         with pytest.raises(StateMissing) as info:
             folded([one]).apply(stranger)
@@ -189,19 +194,23 @@ def test_a_staged_model_message_is_named_by_its_index_and_digest() -> None:
 
 def test_the_loop_names_staged_outputs_until_a_save_is_acknowledged() -> None:
     state = LoopState(plan(), now_ms=1_000)
-    state.take_entry()
-    state.mark_stored()
+    state.journal.take_entry()
+    state.journal.mark_stored()
     state.add_model_response(ModelResponse(message=STEP), 2_000)
     state.add_tool_result(CALL_A, "a" * STAGE_MIN_BYTES, False, 3_000, staged=True)
-    first = state.take_entry()
+    first = state.journal.take_entry()
     state.add_tool_result(CALL_B, "out-b", False, 4_000)
-    second = state.take_entry()
+    second = state.journal.take_entry()
     assert first is not None and second is not None
-    assert state.staged_ids == {"a"}  # a failed save: the next one still names it
-    assert first.delta.staged(state.staged_ids)[1][0].key == "a"
-    assert second.delta.staged(state.staged_ids) == (second.delta, ())
-    state.mark_stored()
-    assert state.staged_ids == set() and state.stored == state.head and state.unstored() == []
+    assert state.journal.staged_ids == {"a"}  # a failed save: the next one still names it
+    assert first.delta.staged(state.journal.staged_ids)[1][0].key == "a"
+    assert second.delta.staged(state.journal.staged_ids) == (second.delta, ())
+    state.journal.mark_stored()
+    assert (
+        state.journal.staged_ids == set()
+        and state.journal.stored == state.journal.head
+        and state.journal.unstored() == []
+    )
 
 
 # The store contract (appends, branches, replaces, headers, staged texts, records, drop_run) is
@@ -289,84 +298,92 @@ async def test_run_log_cache_gives_only_the_prior_runs_the_header_names() -> Non
 
 def test_unstored_keeps_every_entry_a_failed_save_left() -> None:
     state = LoopState(plan(), now_ms=1_000)
-    seed = state.take_entry()
+    seed = state.journal.take_entry()
     state.add_model_response(ModelResponse(message=STEP), 2_000)
     state.add_tool_result(CALL_A, "out-a", False, 3_000)
-    second = state.take_entry()
+    second = state.journal.take_entry()
     assert seed is not None and second is not None
-    assert state.take_entry() is None  # nothing new
-    assert state.unstored() == [seed, second] and not state.can_carry()
-    state.stored = seed.ref(RUN)
-    assert state.unstored() == [second]
-    late = state.emit(ErrorEvent(message="late"), 4_000)
-    finish = state.finish_input()
+    assert state.journal.take_entry() is None  # nothing new
+    assert state.journal.unstored() == [seed, second] and not state.journal.can_carry()
+    state.journal.stored = seed.ref(RUN)
+    assert state.journal.unstored() == [second]
+    late = state.journal.emit(ErrorEvent(message="late"), 4_000)
+    finish = state.journal.finish_input(state.status, state.final_text, state.error)
     assert finish.log == seed.ref(RUN) and finish.events == (*second.delta.events, late)
-    state.mark_stored()
-    assert state.unstored() == [] and state.can_carry()
+    state.journal.mark_stored()
+    assert state.journal.unstored() == [] and state.journal.can_carry()
 
 
 def test_entries_after_names_what_a_store_lacks() -> None:
     state = step_with_first_result()
     state.add_tool_result(CALL_B, "out-b", False, 4_000)
-    state.take_entry()
-    e1, e2, e3 = state.journal
-    assert state.entries_after(state.seed) == state.entries_after(None) == [e1, e2, e3]
-    assert state.entries_after(e1.ref(RUN)) == [e2, e3]
-    assert state.entries_after(e3.ref(RUN)) == []
-    assert state.entries_after(ref(2)) == [e1, e2, e3]  # the seed is version 0: send everything
-    state.mark_stored()
+    state.journal.take_entry()
+    e1, e2, e3 = state.journal.entries
+    assert (
+        state.journal.entries_after(state.journal.seed) == state.journal.entries_after(None) == [e1, e2, e3]
+    )
+    assert state.journal.entries_after(e1.ref(RUN)) == [e2, e3]
+    assert state.journal.entries_after(e3.ref(RUN)) == []
+    assert state.journal.entries_after(ref(2)) == [e1, e2, e3]  # the seed is version 0: send everything
+    state.journal.mark_stored()
     later = LoopState.restore(state.carry(2))
     later.add_model_response(ModelResponse(message=FINAL), 5_000)
-    e4 = later.take_entry()
-    later.emit(ErrorEvent(message="x"), 6_000)
-    e5 = later.take_entry()
-    assert e4 is not None and later.seed == e3.ref(RUN)
-    assert later.entries_after(e3.ref(RUN)) == [e4, e5]
-    assert later.entries_after(e4.ref(RUN)) == [e5]
+    e4 = later.journal.take_entry()
+    later.journal.emit(ErrorEvent(message="x"), 6_000)
+    e5 = later.journal.take_entry()
+    assert e4 is not None and later.journal.seed == e3.ref(RUN)
+    assert later.journal.entries_after(e3.ref(RUN)) == [e4, e5]
+    assert later.journal.entries_after(e4.ref(RUN)) == [e5]
     for lacking in (ref(2), None, e2.ref(RUN)):  # nothing in this journal can bring it up to date
-        assert later.entries_after(lacking) is None
+        assert later.journal.entries_after(lacking) is None
 
 
 def test_continue_as_new_between_two_calls_keeps_counters_events_and_the_open_step() -> None:
     state = step_with_first_result()
-    state.mark_stored()
-    pending = state.emit(ToolStartEvent.of(CALL_B.id, CALL_B.name, CALL_B.input), 3_500)
+    state.journal.mark_stored()
+    pending = state.journal.emit(ToolStartEvent.of(CALL_B.id, CALL_B.name, CALL_B.input), 3_500)
     carried = state.carry(2)
-    assert carried.messages == () and carried.log == state.head
+    assert carried.messages == () and carried.log == state.journal.head
     wire = carried.model_dump(mode="json", exclude_none=True)  # as continue_as_new sends it
     restored = LoopState.restore(CarriedState.model_validate(wire))
     assert (restored.turn, restored.tool_rounds, restored.usage) == (1, 1, TokenUsage(total_tokens=5))
-    assert restored.event_count == state.event_count and restored.events == state.events
-    assert restored.events_after(state.event_count - 1) == [pending]
-    assert restored.seed == restored.head == restored.stored == state.head
-    assert restored.pending().events == (pending,) and restored.open_results
+    assert (
+        restored.journal.event_count == state.journal.event_count
+        and restored.journal.events == state.journal.events
+    )
+    assert restored.journal.events_after(state.journal.event_count - 1) == [pending]
+    assert restored.journal.seed == restored.journal.head == restored.journal.stored == state.journal.head
+    assert restored.journal.pending().events == (pending,) and restored.open_results
     restored.add_tool_result(CALL_B, "out-b", False, 4_000)
-    entry = restored.take_entry()
+    entry = restored.journal.take_entry()
     assert entry is not None and entry.delta.messages == () and entry.delta.extend_last == (RES_B,)
     sequences = [(e.sequence, e.event.type) for e in entry.delta.events]
-    assert sequences == [(state.event_count, "tool_start"), (state.event_count + 1, "tool_end")]
-    assert folded([*state.journal, entry]).messages == [msg("read it"), STEP, BOTH]
+    assert sequences == [
+        (state.journal.event_count, "tool_start"),
+        (state.journal.event_count + 1, "tool_end"),
+    ]
+    assert folded([*state.journal.entries, entry]).messages == [msg("read it"), STEP, BOTH]
 
 
 def test_a_carried_state_holds_only_the_newest_events() -> None:
     state = LoopState(plan(), now_ms=1_000)
     for i in range(100):
-        state.emit(TextDeltaEvent(text=f"t{i}"), 2_000 + i)
-    state.take_entry()
-    state.mark_stored()
+        state.journal.emit(TextDeltaEvent(text=f"t{i}"), 2_000 + i)
+    state.journal.take_entry()
+    state.journal.mark_stored()
     carried = state.carry(2)
     assert len(carried.events) == CARRIED_EVENTS and carried.events[-1].sequence == carried.event_count == 101
     restored = LoopState.restore(carried)
-    assert restored.event_count == 101 and restored.updated_at_ms == 2_099
-    assert [e.sequence for e in restored.events_after(90)] == list(range(91, 102))
-    assert [e.sequence for e in restored.events_after(0)] == list(range(102 - CARRIED_EVENTS, 102))
-    assert restored.events_after(101) == []
-    assert restored.emit(ErrorEvent(message="x"), 9_000).sequence == 102
+    assert restored.journal.event_count == 101 and restored.journal.updated_at_ms == 2_099
+    assert [e.sequence for e in restored.journal.events_after(90)] == list(range(91, 102))
+    assert [e.sequence for e in restored.journal.events_after(0)] == list(range(102 - CARRIED_EVENTS, 102))
+    assert restored.journal.events_after(101) == []
+    assert restored.journal.emit(ErrorEvent(message="x"), 9_000).sequence == 102
 
 
 def continued_between_calls() -> CarriedState:
     state = step_with_first_result()
-    state.mark_stored()
+    state.journal.mark_stored()
     return state.carry(2)
 
 
@@ -374,7 +391,7 @@ def legacy_carried() -> CarriedState:
     """What a run recorded before linear history carried: its whole conversation and events, no log."""
     state = step_with_first_result()
     messages = (msg("read it"), STEP, Message(role="user", content=(RES_A,)))
-    whole = {"messages": messages, "events": state.events}
+    whole = {"messages": messages, "events": state.journal.events}
     old = {"log": None, "event_count": None, "open_results": False, "prior_runs": (record("r-0", 10),)}
     return CarriedState.model_validate({**continued_between_calls().model_dump(), **whole, **old})
 
@@ -382,17 +399,19 @@ def legacy_carried() -> CarriedState:
 def test_a_legacy_carried_state_restores_into_a_replace_seed() -> None:
     carried = legacy_carried()
     state = LoopState.restore(carried)
-    [first] = state.journal
+    [first] = state.journal.entries
     assert (first.version, first.parent) == (1, GENESIS)
     assert first.delta == LogDelta(replace=True, messages=carried.messages, events=carried.events)
-    assert state.head == first.ref(RUN) and state.seed == state.stored == START
-    assert state.unstored() == [first] and state.entries_after(None) == state.entries_after(ref(5)) == [first]
-    assert state.event_count == 3 and state.prior_run_ids == ("r-0",) and state.open_results
+    assert state.journal.head == first.ref(RUN) and state.journal.seed == state.journal.stored == START
+    assert state.journal.unstored() == [first] and state.journal.entries_after(
+        None
+    ) == state.journal.entries_after(ref(5)) == [first]
+    assert state.journal.event_count == 3 and state.journal.prior_run_ids == ("r-0",) and state.open_results
     state.add_tool_result(CALL_B, "out-b", False, 4_000)
-    entry = state.take_entry()
+    entry = state.journal.take_entry()
     assert entry is not None and entry.delta.extend_last == (RES_B,) and entry.delta.messages == ()
     assert entry.delta.events[0].sequence == 4
-    assert folded(state.journal).messages == [msg("read it"), STEP, BOTH]
+    assert folded(state.journal.entries).messages == [msg("read it"), STEP, BOTH]
 
 
 @pytest.mark.parametrize("carried", [continued_between_calls, legacy_carried])
@@ -403,27 +422,27 @@ def test_a_continued_run_still_makes_the_step_s_second_call(carried: Callable[[]
 
 def test_an_export_is_the_folded_log_after_the_prior_runs() -> None:
     state = step_with_first_result()
-    state.prior_run_ids = ("r-0", "r-1")
+    state.journal.prior_run_ids = ("r-0", "r-1")
     state.add_tool_result(CALL_B, "out-b", False, 4_000)
-    state.take_entry()
-    log = folded(state.journal)
+    state.journal.take_entry()
+    log = folded(state.journal.entries)
     prior = [record("r-0", 10), record("r-1", 20)]
     facts = state.export_facts(9_000)
-    export = build_export(state.header(), log, prior, facts)
+    export = build_export(state.journal.header(), log, prior, facts)
     payload = export.open()
     assert payload.logical_resume.messages == tuple(log.messages) == (msg("read it"), STEP, BOTH)
     assert (payload.logical_resume.turn, payload.logical_resume.total_usage) == (2, state.usage)
     *earlier, run = payload.snapshot.run_records
     assert earlier == prior
     assert (run.snapshot.id, run.snapshot.status, run.events) == (RUN, "executing", tuple(log.events))
-    assert run.snapshot.event_count == log.events[-1].sequence == state.event_count
-    again = build_export(state.header(), folded(state.journal), prior, facts)
+    assert run.snapshot.event_count == log.events[-1].sequence == state.journal.event_count
+    again = build_export(state.journal.header(), folded(state.journal.entries), prior, facts)
     assert again.content.encode() == export.content.encode() and again.descriptor == export.descriptor
     # a log whose events start later (its run continued as new): the count is the last sequence
     later = LogDelta(replace=True, messages=tuple(log.messages), events=tuple(log.events[3:]))
-    last = build_export(state.header(), folded([LogEntry.after(START, later)]), prior, facts)
+    last = build_export(state.journal.header(), folded([LogEntry.after(START, later)]), prior, facts)
     (*_, run) = last.open().snapshot.run_records
-    assert run.snapshot.event_count == state.event_count > len(run.events)
+    assert run.snapshot.event_count == state.journal.event_count > len(run.events)
 
 
 async def test_a_save_that_catches_up_unstages_only_its_newest_entry(tmp_path: Path) -> None:
@@ -432,10 +451,10 @@ async def test_a_save_that_catches_up_unstages_only_its_newest_entry(tmp_path: P
     acts = AgentActivities(scripted_config(tmp_path, [final()]), store=store)
     env = ActivityEnvironment()
     state = LoopState(plan(), now_ms=1_000)
-    seed = state.take_entry()
+    seed = state.journal.take_entry()
     assert seed is not None
-    await env.run(acts.run_logs.open_run, OpenRunInput(header=state.header(), seed=seed))
-    state.mark_stored()
+    await env.run(acts.run_logs.open_run, OpenRunInput(header=state.journal.header(), seed=seed))
+    state.journal.mark_stored()
     for step in ("a", "b"):  # two steps, each a long staged message and a long staged output
         call = ToolUseBlock(id=step, name="read", input={"file_path": f"{step}.txt"})
         message = Message(role="assistant", content=(TextBlock(text=step * STAGE_MIN_BYTES), call))
@@ -444,9 +463,9 @@ async def test_a_save_that_catches_up_unstages_only_its_newest_entry(tmp_path: P
         output = f"{step} output " * 200
         await store.stage_text(state.plan.run_id, text_digest(output), output)
         state.add_tool_result(call, output, False, 3_000, staged=True)
-        state.take_entry()  # the first step's save fails: its entry waits for the next
-    older, newest = state.unstored()
-    wire, staged = newest.delta.staged(state.staged_ids, state.staged_messages)
+        state.journal.take_entry()  # the first step's save fails: its entry waits for the next
+    older, newest = state.journal.unstored()
+    wire, staged = newest.delta.staged(state.journal.staged_ids, state.journal.staged_messages)
     assert {s.kind for s in staged} == {"message", "tool_result"} and staged[0].key == "0"
     entries = (older, newest.model_copy(update={"delta": wire}))
     await env.run(
@@ -455,5 +474,5 @@ async def test_a_save_that_catches_up_unstages_only_its_newest_entry(tmp_path: P
     )
     folded = RunLog(state.plan.run_id)
     folded.apply_all(await store.read_log(state.plan.run_id, 0, 10))
-    assert folded.ref == state.head
+    assert folded.ref == state.journal.head
     assert [m.text()[:1] for m in folded.messages if m.role == "assistant"] == ["a", "b"]

@@ -20,7 +20,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from durable_agent.activities import AgentActivities
 from durable_agent.core.models import ConfirmationRequiredEvent, PermissionDeniedEvent
 from durable_agent.core.permissions import Decision, PermissionPolicy
-from durable_agent.workflows import AgentRun, agent_run
+from durable_agent.workflows import AgentRun, shell_gate
 from durable_agent.workflows.patches import PATCH_SHELL_UNSEEN
 from tests.helpers import (
     RecordingSink,
@@ -72,7 +72,7 @@ async def test_a_run_recorded_before_replays_its_old_decision(
     )
     sink = RecordingSink()
     with monkeypatch.context() as old_code:
-        old_code.setattr(agent_run, "decide_call", legacy_decide)
+        old_code.setattr(shell_gate, "decide_call", legacy_decide)
         async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
             handle = await start(client, queue, workspace(tmp_path))
             status = await awaiting_approval(handle)
@@ -89,7 +89,7 @@ async def test_a_run_recorded_before_replays_its_old_decision(
     assert replay.replay_failure is None, replay.replay_failure
 
     # without the gate the same history no longer replays: the decision is taken in workflow code
-    monkeypatch.setattr(agent_run, "decide_call", new_decide)
+    monkeypatch.setattr(shell_gate, "decide_call", new_decide)
     ungated = Replayer(
         workflows=[AgentRun],
         data_converter=pydantic_data_converter,

@@ -7,14 +7,15 @@ the logical checkpoint (what is new, appended to the run's log in the session
 store), then waits for the export sink to acknowledge the export built from it,
 and only then asks the model again.
 
-This module holds the handlers and the loop: a model step, and each tool call
-with its permission (allow, deny, or ask a person and wait), so a prompt and a
-tool output can be followed here; the run's ``LoopState`` is held here too, and the
-queries read it. Its collaborators: ``starting.py`` (start,
-resume, continue as new), ``log_keeper.py`` (the run's log and its boundaries),
-``display.py`` (details and search attributes), ``approvals.py`` (the calls
-waiting for a decision), ``calls.py`` (activities and the cancel), ``ending.py``
-(how a run closes, a cancelled one in the Canceled state).
+This module holds the handlers and the loop: a model step, then the answer's tool
+calls; the run's ``LoopState`` is held here too, and the queries read it. Its
+collaborators: ``starting.py`` (start, resume, continue as new), ``call_batch.py``
+(the calls of one answer: which run together, each boundary in the answer's order),
+``tool_step.py`` (one call: its permission, asking a person, its hooks and its
+activity), ``log_keeper.py`` (the run's log and its boundaries), ``display.py``
+(details and search attributes), ``approval_book.py`` (the calls waiting for a
+decision), ``calls.py`` (activities and the cancel), ``ending.py`` (how a run
+closes, a cancelled one in the Canceled state).
 """
 
 from __future__ import annotations
@@ -27,34 +28,20 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 from durable_agent.workflows.admission import Admission
-from durable_agent.workflows.approval_book import ApprovalBook, summarize_arguments
+from durable_agent.workflows.approval_book import ApprovalBook
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.core.activity_api import (
-        MODEL_CALL,
-        TOOL_CALL,
-        ModelStepInput,
-        ToolCallInput,
-        ToolOutput,
-    )
-    from durable_agent.core.canonical import canonical_bytes, digest_of
+    from durable_agent.core.activity_api import MODEL_CALL, ModelStepInput
     from durable_agent.core.failures import failure_message
     from durable_agent.core.loop import LoopState
     from durable_agent.core.models import (
-        ConfirmationReceivedEvent,
-        ConfirmationRequiredEvent,
         ErrorEvent,
         EventRecord,
         ModelResponse,
-        PermissionDeniedEvent,
-        ToolStartEvent,
         ToolsUnavailableEvent,
         ToolUseBlock,
-        TurnEndEvent,
     )
-    from durable_agent.core.permissions import COMMAND_TOOLS
     from durable_agent.core.run_api import (
-        AWAITING_APPROVAL,
         AWAITING_PROMPT,
         QUERY_EVENTS,
         QUERY_RESULT,
@@ -69,21 +56,18 @@ with workflow.unsafe.imports_passed_through():
         ApprovalDecision,
         FinalStatus,
         FollowUpPrompt,
-        PendingApproval,
         PromptAccepted,
         RunStatusView,
         SteerAccepted,
         SteerMessage,
     )
-    from durable_agent.core.run_log import STAGE_MIN_BYTES
-    from durable_agent.core.tool_specs import ToolCallError, find_offer, permission_target
 
+from durable_agent.workflows.call_batch import CallBatches
 from durable_agent.workflows.calls import (
     CallRunner,
     Cancellation,
     RunCancelled,
     RunFailed,
-    missing_state,
     now_ms,
 )
 from durable_agent.workflows.context_keeper import (
@@ -94,23 +78,15 @@ from durable_agent.workflows.context_keeper import (
 )
 from durable_agent.workflows.display import EXECUTING, RunDisplay
 from durable_agent.workflows.ending import Ending
+from durable_agent.workflows.final_result import FinalResults
+from durable_agent.workflows.hook_runner import HookRunner
 from durable_agent.workflows.log_keeper import LogKeeper
-from durable_agent.workflows.shell_gate import decide_call
 from durable_agent.workflows.starting import Starter
-from durable_agent.workflows.workflow_metrics import (
-    approval_decided,
-    approval_requested,
-    invalid_tool_call,
-    tool_call_refused,
-)
+from durable_agent.workflows.tool_step import ToolStep
 
 
 class BudgetStop(Exception):
     """The run reached a budget: it ends ``budget_exhausted`` with this message."""
-
-
-def call_summary(call: ToolUseBlock, target: str | None) -> str:
-    return f"{call.name} {target}" if target else call.name
 
 
 @workflow.defn(name="AgentRun")
@@ -128,6 +104,11 @@ class AgentRun:
         self._starter = Starter(self._calls, self._display, self._log, self._cancellation, self._attach)
         self._approvals = ApprovalBook()
         self._ending = Ending(self._calls, self._cancellation)
+        self._final = FinalResults(self._log)  # a run with an output schema: its typed answer
+        self._hooks = HookRunner(self._calls)  # the plan's [hooks] (``hook_runner.py``)
+        # each tool call (``tool_step.py``), and the calls of an answer together (``call_batch.py``)
+        step = ToolStep(self._calls, self._cancellation, self._display, self._approvals, self._hooks)
+        self._batches = CallBatches(step, self._log, self._starter, self._cancellation, self._display)
         self._admission = Admission()  # what updates may bring (``admission.py``)
         # conversations: whether the run goes on after an answer, waits for a prompt now, the
         # prompt given, whether ``end`` came, and whether the run has ended
@@ -172,7 +153,7 @@ class AgentRun:
         """The next prompt of a run that waits for one: its next turn starts."""
         self._prompt = prompt.text
         state = self._state
-        return PromptAccepted(after_sequence=state.event_count if state is not None else 0)
+        return PromptAccepted(after_sequence=state.journal.event_count if state is not None else 0)
 
     @prompt.validator
     def _validate_prompt(self, prompt: FollowUpPrompt) -> None:
@@ -229,7 +210,7 @@ class AgentRun:
     def events(self, after_sequence: int = 0) -> list[EventRecord]:
         """The run's events with a sequence above ``after_sequence``, for followers."""
         state = self._state
-        return state.events_after(after_sequence) if state is not None else []
+        return state.journal.events_after(after_sequence) if state is not None else []
 
     @workflow.query(name=QUERY_RESULT)
     def final_result(self) -> AgentRunResult | None:
@@ -257,7 +238,12 @@ class AgentRun:
                 self._admission.queued(run_input.prompt)
         final: FinalStatus = "completed"
         error: str | None = None
+        # a new run's prompt is its conversation's first message; a resumed run's is queued
+        resumed = run_input.resume_from or run_input.resume_from_file
+        first_prompt = run_input.continued is None and not resumed
         try:
+            if first_prompt:
+                await self._hooks.first_prompt(state)
             await self._loop(state)
         except RunCancelled:
             final, error = "cancelled", self._cancellation.reason
@@ -269,10 +255,11 @@ class AgentRun:
             final, error = "failed", str(exc)
         except BudgetStop as exc:
             final, error = "budget_exhausted", str(exc)
+        await self._hooks.stopped(state, final)
         self._ended, self._awaiting_prompt = True, False
         if undelivered := state.queued_count():
             # accepted, then the run ended before the model's next request: the record says so
-            state.emit(
+            state.journal.emit(
                 ErrorEvent(
                     message=f"{undelivered} message(s) sent with steer were accepted but never reached "
                     f"the model: the run ended ({final}) before its next request"
@@ -299,10 +286,19 @@ class AgentRun:
                 return
             response = await self._model_step(state)
             for gap in response.unavailable:  # an MCP server was down: the model was told so
-                state.emit(
+                state.journal.emit(
                     ToolsUnavailableEvent(server=gap.server, tools=gap.tools, reason=gap.reason), now_ms()
                 )
             calls = state.add_model_response(response, now_ms())
+            if plan.output_schema is not None:  # the answer must be a typed result (``final_result.py``)
+                answer = await self._final.take(state, calls)
+                if answer.answered:
+                    if state.queued_count() or (self._follow_ups and await self._await_prompt(state)):
+                        continue  # a steer that came meanwhile is answered; so is a next prompt
+                    return
+                if not answer.calls:
+                    continue  # the model was told what was wrong with its answer: ask it again
+                calls = answer.calls
             if not calls:
                 if state.queued_count() or self._follow_ups:
                     continue  # a steer that came meanwhile is answered; a follow-up is awaited
@@ -326,11 +322,15 @@ class AgentRun:
                     "the conversation ends with the model's answer and no prompt was given: "
                     "resume with a prompt (or start the run with follow_ups)"
                 )
-                state.emit(ErrorEvent(message=message), now_ms())
+                state.journal.emit(ErrorEvent(message=message), now_ms())
                 raise RunFailed(message)
             if not await self._await_prompt(state):
                 return False
-        state.take_queued(now_ms())
+        while not await self._hooks.take_queued(state):
+            # hooks refused what waited, and the model has nothing new to answer: wait again
+            self._admission.taken()
+            if not self._follow_ups or not await self._await_prompt(state):
+                return False
         self._admission.taken()
         return True
 
@@ -370,20 +370,9 @@ class AgentRun:
         return True
 
     async def _run_calls(self, state: LoopState, calls: list[ToolUseBlock]) -> None:
-        """One model step's tool calls, each followed by its tool boundary."""
-        for call in calls:
-            self._cancellation.check()
-            state.emit(ToolStartEvent.of(call.id, call.name, call.input), now_ms())
-            output = await self._tool_step(state, call)
-            # the tool activity's own time, from the history, when it ran (see ToolOutput)
-            at_ms = output.completed_at_ms
-            state.add_tool_result(
-                call, output.content, output.is_error, at_ms or now_ms(), output.staged, output.images
-            )
-            await self._log.boundary(state, at_ms)
-            if self._starter.should_continue_as_new(state):
-                await self._starter.continue_as_new(state)
-        state.emit(TurnEndEvent(turn=state.turn, usage=state.usage), now_ms())
+        """One model step's tool calls, each followed by its tool boundary; those safe together
+        run at once, recorded in the answer's order (``call_batch.py``, ``tool_step.py``)."""
+        await self._batches.run(state, calls)
 
     async def _model_step(self, state: LoopState, overflow: int = 0) -> ModelResponse:
         """Ask the model; first make the conversation fit its window (``context_keeper.py``).
@@ -397,7 +386,9 @@ class AgentRun:
                 state,
                 lambda: self._calls.run(
                     MODEL_CALL,
-                    ModelStepInput(run_id=plan.run_id, model=plan.model, log=state.head, pending=pending),
+                    ModelStepInput(
+                        run_id=plan.run_id, model=plan.model, log=state.journal.head, pending=pending
+                    ),
                     summary=f"model {plan.model} (step {state.tool_rounds + 1})",
                     timeouts=plan.timeouts,
                 ),
@@ -408,147 +399,5 @@ class AgentRun:
                     return await self._model_step(state, overflow + 1)
                 self._context.fail_overflow(state, failure_message(exc))
             message = f"model call failed: {failure_message(exc)}"
-            state.emit(ErrorEvent(message=message), now_ms())
+            state.journal.emit(ErrorEvent(message=message), now_ms())
             raise RunFailed(message) from None
-
-    async def _tool_step(self, state: LoopState, call: ToolUseBlock) -> ToolOutput:
-        """Run one call, or explain to the model why it did not run."""
-        plan = state.plan
-        try:
-            offer = find_offer(plan.tools, call.name)
-            target = permission_target(offer, call.input, plan.workspace)
-        except ToolCallError as exc:
-            invalid_tool_call(plan.tools, call.name)
-            return ToolOutput(content=str(exc), is_error=True)
-        decision = decide_call(plan.permissions, call.name, target)
-        reason: str | None = None
-        if decision == "deny":
-            reason = (
-                f"permission denied: {call_summary(call, target)} is not allowed by the run's permissions"
-            )
-        elif decision == "ask":
-            reason = await self._ask(state, call, target)
-        if reason is not None:
-            tool_call_refused(call.name, by_person=decision == "ask")
-            state.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=reason), now_ms())
-            return ToolOutput(content=reason, is_error=True)
-        summary = call_summary(call, target)
-        self._display.details(f"running `{summary}`", state)
-        inline = ToolCallInput(
-            run_id=plan.run_id,
-            workspace=plan.workspace,
-            call_id=call.id,
-            name=call.name,
-            arguments=call.input,
-            permissions=None if call.name.lower() in COMMAND_TOOLS else plan.permissions,
-        )
-        output = await self._call_tool(state, call, inline, summary)
-        if output.permission == "ask" and output.resolved_target is not None:
-            # The path leads, through a link, to one a rule asks about: ask about that path.
-            resolved = output.resolved_target
-            reason = await self._ask(state, call, f"{target} (resolves to {resolved})")
-            if reason is None:
-                approved = inline.model_copy(update={"approved_target": resolved})
-                output = await self._call_tool(state, call, approved, summary)
-            else:
-                tool_call_refused(call.name, by_person=True)
-                output = ToolOutput(content=reason, is_error=True, permission="denied")
-        if output.permission is not None:
-            # denied by the resolved path, or (its link changed meanwhile) still not approved
-            content = (
-                output.content if output.permission == "denied" else f"permission denied: {output.content}"
-            )
-            at_ms = output.completed_at_ms or now_ms()
-            state.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=content), at_ms)
-            return ToolOutput(content=content, is_error=True, completed_at_ms=output.completed_at_ms)
-        return output
-
-    async def _call_tool(
-        self, state: LoopState, call: ToolUseBlock, inline: ToolCallInput, summary: str
-    ) -> ToolOutput:
-        """The tool activity's output, or the tool error a failed activity is to the model."""
-        try:
-            if state.step_message is not None and len(canonical_bytes(call.input)) >= STAGE_MIN_BYTES:
-                # long arguments (a file to write) are in the model's message, which its activity staged
-                by_ref = inline.model_copy(update={"arguments": {}, "arguments_in": state.step_message})
-                return await self._run_tool(state, by_ref, summary, inline)
-            return await self._run_tool(state, inline, summary)
-        except ActivityError as exc:
-            return ToolOutput(content=f"tool {call.name!r} failed: {failure_message(exc)}", is_error=True)
-
-    async def _run_tool(
-        self, state: LoopState, inp: ToolCallInput, summary: str, inline: ToolCallInput | None = None
-    ) -> ToolOutput:
-        """Run the tool call; with ``inline``, again with it should the staged arguments be missing."""
-        try:
-            return await self._calls.run(TOOL_CALL, inp, summary=summary, timeouts=state.plan.timeouts)
-        except ActivityError as exc:
-            if inline is None or not missing_state(exc)[0]:
-                raise
-        return await self._run_tool(state, inline, summary)
-
-    async def _ask(self, state: LoopState, call: ToolUseBlock, target: str | None) -> str | None:
-        """Wait, durably, for a person's decision; the denial's reason, or None when approved."""
-        timeout = state.plan.approval_timeout_seconds
-        request = PendingApproval(
-            call_id=call.id,
-            tool=call.name,
-            target=target,
-            arguments=summarize_arguments(call.input),
-            since_ms=now_ms(),
-            timeout_seconds=timeout,
-            step=state.tool_rounds,
-            arguments_digest=digest_of(call.input),
-        )
-        self._approvals.ask(request)
-        approval_requested(call.name)
-        state.emit(
-            ConfirmationRequiredEvent(
-                id=call.id,
-                name=call.name,
-                target=target,
-                arguments=request.arguments,
-                timeout_seconds=timeout,
-                step=request.step,
-                arguments_digest=request.arguments_digest,
-            ),
-            now_ms(),
-        )
-        self._display.status(AWAITING_APPROVAL)
-        wid = workflow.info().workflow_id
-        self._display.details(
-            f"waiting for approval of `{call_summary(call, target)}` (call `{call.id}`, step "
-            f"{request.step}, arguments `{request.arguments_digest}`)\n\n"
-            f"decide with `durable-agent approve {wid} {call.id}` or `durable-agent deny {wid} {call.id}`",
-            state,
-        )
-        timed_out = False
-        try:
-            await workflow.wait_condition(
-                lambda: self._approvals.decided(call.id) or self._cancellation.requested,
-                timeout=timedelta(seconds=timeout) if timeout else None,
-                timeout_summary=f"approval timeout for {call.id}",
-            )
-        except TimeoutError:
-            timed_out = True
-        except asyncio.CancelledError:
-            self._cancellation.temporal_request()
-        # not in a ``finally``: a worker evicting the run closes this coroutine, and no
-        # workflow command may be made then
-        decision = self._approvals.close(call.id)
-        approval_decided(call.name, decision.approved if decision else None, timed_out=timed_out)
-        self._display.status(EXECUTING)
-        self._cancellation.check()
-        approved = decision is not None and decision.approved
-        given = decision.reason if decision else f"no decision within {timeout:g} s"
-        state.emit(
-            ConfirmationReceivedEvent(
-                id=call.id, name=call.name, approved=approved, reason=given, timed_out=timed_out
-            ),
-            now_ms(),
-        )
-        if approved:
-            return None
-        return f"permission denied: {call_summary(call, target)} was not approved" + (
-            f": {given}" if given else ""
-        )

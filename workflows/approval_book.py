@@ -7,6 +7,9 @@ or mismatched decision before anything is written to history.
 A decision belongs to one request (a call id, in one model step, with one
 set of arguments) and is spent when that request closes: a model that reuses
 an approved call id, in the same step or a later one, is asked about again.
+
+The calls of one answer that need a decision are asked about together (``ToolStep.ask_together``):
+all pending at once, each decided on its own.
 """
 
 from __future__ import annotations
@@ -70,6 +73,10 @@ class ApprovalBook:
     def decided(self, call_id: str) -> bool:
         return call_id in self.decisions
 
+    def decided_all(self, call_ids: list[str]) -> bool:
+        """Whether each of ``call_ids`` (the calls of one answer, asked about together) is decided."""
+        return all(call_id in self.decisions for call_id in call_ids)
+
     def close(self, call_id: str) -> ApprovalDecision | None:
         """Stop waiting for ``call_id``; its decision, if one came. The decision is spent."""
         self.pending.pop(call_id, None)
@@ -79,4 +86,6 @@ class ApprovalBook:
         return decision
 
     def view(self) -> tuple[PendingApproval, ...]:
-        return tuple(self.pending.values())
+        """The requests still waiting for a person: a decided one no longer is, though it stays
+        open until the run takes its decision (with those asked about together)."""
+        return tuple(r for call_id, r in self.pending.items() if call_id not in self.decisions)

@@ -12,8 +12,10 @@ failure live here too.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
-from typing import TypeVar, cast
+from functools import partial
+from typing import Any, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -190,33 +192,26 @@ class CallRunner:
             ),
             maximum_attempts=options.maximum_attempts,
         )
-        if local:
-            return cast(
-                workflow.ActivityHandle[OutT],
-                workflow.start_local_activity(
-                    decl.name,
-                    arg,
-                    result_type=decl.result_type,
-                    start_to_close_timeout=start_to_close,
-                    retry_policy=retry,
-                    cancellation_type=cancellation_type,
-                    summary=summary,
-                ),
-            )
         heartbeat = options.heartbeat_seconds
-        return cast(
-            workflow.ActivityHandle[OutT],
-            workflow.start_activity(
-                decl.name,
-                arg,
-                result_type=decl.result_type,
-                start_to_close_timeout=start_to_close,
+        # the same options either way; a local activity takes no heartbeat timeout
+        start: Callable[..., workflow.ActivityHandle[Any]] = (
+            workflow.start_local_activity
+            if local
+            else partial(
+                workflow.start_activity,
                 heartbeat_timeout=timedelta(seconds=heartbeat) if heartbeat is not None else None,
-                retry_policy=retry,
-                cancellation_type=cancellation_type,
-                summary=summary,
-            ),
+            )
         )
+        handle = start(
+            decl.name,
+            arg,
+            result_type=decl.result_type,
+            start_to_close_timeout=start_to_close,
+            retry_policy=retry,
+            cancellation_type=cancellation_type,
+            summary=summary,
+        )
+        return cast(workflow.ActivityHandle[OutT], handle)
 
     async def _uncancelled(self, handle: workflow.ActivityHandle[OutT]) -> OutT:
         """The activity's result, which a Temporal cancel request does not stop: it is noted

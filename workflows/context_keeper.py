@@ -48,7 +48,7 @@ def is_overflow(exc: ActivityError) -> bool:
 def model_pending(state: LoopState) -> LogDelta:
     """What the model step reads besides the log: the new messages, and of the new events only
     the view's (the model reads no other events; without compaction there are none)."""
-    pending = state.pending()
+    pending = state.journal.pending()
     views = tuple(r for r in pending.events if isinstance(r.event, ContextCompactedEvent))
     return pending.model_copy(update={"events": views})
 
@@ -64,10 +64,10 @@ class ContextKeeper:
     async def prepare(self, state: LoopState, overflow: int = 0) -> None:
         """Before a model request; ``overflow``: how many times the provider refused it as too large."""
         policy = state.plan.context
-        ledger = state.context_now()
+        ledger = state.journal.context_now()
         if policy is None or ledger is None:
             return
-        fixed = state.context_fixed()
+        fixed = state.journal.context_fixed()
         size = ledger.size(fixed)
         if overflow == 0 and size <= policy.threshold:
             return
@@ -111,7 +111,7 @@ class ContextKeeper:
         inp = CompactInput(
             run_id=plan.run_id,
             model=model,
-            log=state.head,
+            log=state.journal.head,
             pending=model_pending(state),
             upto=upto,
             max_summary_tokens=policy.summary_tokens(),
@@ -143,12 +143,12 @@ class ContextKeeper:
         message = cannot_fit(ledger, policy, fixed, state.plan.model, estimate)
         if why:
             message += f" ({why})"
-        state.emit(ErrorEvent(message=message), now_ms())
+        state.journal.emit(ErrorEvent(message=message), now_ms())
         raise RunFailed(message)
 
     def fail_overflow(self, state: LoopState, provider_message: str) -> NoReturn:
         """The provider still refused the request after the harder compactions."""
-        policy, ledger = state.plan.context, state.context_now()
+        policy, ledger = state.plan.context, state.journal.context_now()
         assert policy is not None and ledger is not None
-        fixed = state.context_fixed()
+        fixed = state.journal.context_fixed()
         self._fail(state, ledger, policy, fixed, ledger.estimate(fixed), f"the provider: {provider_message}")

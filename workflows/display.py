@@ -15,6 +15,7 @@ from temporalio.common import SearchAttributeKey
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.loop import LoopState
     from durable_agent.core.run_api import AWAITING_APPROVAL, AWAITING_PROMPT, SA_RUN_STATUS, SA_SESSION_ID
+    from durable_agent.core.todo_list import checklist_markdown, summary
 
 from durable_agent.workflows.calls import Cancellation
 
@@ -74,5 +75,7 @@ class RunDisplay:
                 )
             if view.last_content_digest:
                 parts.append(f"last export: `{view.last_content_digest}`")
+            if state.todos:  # the model's plan (``todo_write``), as a checklist
+                parts += [f"plan: {summary(state.todos)}", checklist_markdown(state.todos)]
             parts.append(f"prompt: {prompt}")
         workflow.set_current_details("\n\n".join(parts))

@@ -50,7 +50,7 @@ async def start_from_session(calls: CallRunner, plan: RunPlan, resume: LoopCheck
         prior_run_ids, failure = (), failure_message(exc)
     state = LoopState(plan, now_ms(), resume=resume)
     # nothing is in the log yet: this records the session's ended runs only
-    state.record_opened(prior_run_ids)
+    state.journal.record_opened(prior_run_ids)
     if failure:
-        state.record_persistence_failure("load", failure, now_ms())
+        state.journal.record_persistence_failure("load", failure, state.turn, now_ms())
     return state

@@ -68,7 +68,7 @@ def batches(entries: list[LogEntry], limit: int = RESTORE_BATCH_BYTES) -> list[l
 
 def lost(state: LoopState, message: str) -> NoReturn:
     """The run's state is gone for good: the run cannot go on."""
-    state.emit(ErrorEvent(message=message), now_ms())
+    state.journal.emit(ErrorEvent(message=message), now_ms())
     raise RunFailed(message)
 
 
@@ -81,38 +81,38 @@ class LogKeeper:
 
     async def open(self, state: LoopState) -> None:
         """Write the run's header and first log entry; the store names the session's ended runs."""
-        seed = state.take_entry()
+        seed = state.journal.take_entry()
         assert seed is not None
+        journal = state.journal
+        # a run resumed from a file: the store gets its conversation from there
+        resumed = journal.seed_export if journal.stored.version < journal.seed.version else None
         try:
             opened = await self._calls.run(
                 OPEN_RUN,
-                OpenRunInput(
-                    header=state.header(),
-                    seed=seed,
-                    # a run resumed from a file: the store gets its conversation from there
-                    resumed=state.seed_export if state.stored.version < state.seed.version else None,
-                ),
+                OpenRunInput(header=journal.header(), seed=seed, resumed=resumed),
                 summary=f"open run log in session {state.plan.session_id}",
                 timeouts=state.plan.timeouts,
             )
         except ActivityError as exc:
             # the first save sends the log again, from its start
-            state.record_persistence_failure("save", f"open run: {failure_message(exc)}", now_ms())
+            state.journal.record_persistence_failure(
+                "save", f"open run: {failure_message(exc)}", state.turn, now_ms()
+            )
             return
-        state.record_opened(opened.prior_run_ids)
+        state.journal.record_opened(opened.prior_run_ids)
 
     async def boundary(self, state: LoopState, at_ms: int | None = None) -> None:
         """Save what is new to the run's log, then wait for the sink to acknowledge the export.
         ``at_ms``: the boundary's time, when the history fixes it (the tool activity's)."""
         plan, turn = state.plan, state.turn
-        state.take_entry()
+        state.journal.take_entry()
         # histories recorded before the patch save, then export, in two activities
         if workflow.patched(ONE_CHECKPOINT_PATCH):
             await self._checkpoint(state, at_ms)
             return
         await self.save(state)
         self._display.details(f"exporting turn {turn}", state)
-        sent = state.head
+        sent = state.journal.head
         export = ExportInput(sink=plan.export_sink, log=sent, facts=state.export_facts(now_ms()))
         try:
             descriptor = await self.reading_log(
@@ -122,9 +122,11 @@ class LogKeeper:
                 ),
             )
         except ActivityError as exc:
-            state.record_export_failure(turn, failure_detail(exc) or "", failure_message(exc), now_ms())
+            state.journal.record_export_failure(
+                turn, failure_detail(exc) or "", failure_message(exc), now_ms()
+            )
             return
-        state.record_export(descriptor, plan.export_sink, sent, now_ms())
+        state.journal.record_export(descriptor, plan.export_sink, sent, state.turn, now_ms())
 
     async def _checkpoint(self, state: LoopState, at_ms: int | None) -> None:
         """The boundary as one local activity: the save (when there is something to save),
@@ -136,7 +138,7 @@ class LogKeeper:
         # same bytes. After a tool activity it stays local, stamped with the activity's own time.
         local = at_ms is not None or not workflow.patched(SAME_BYTES_PATCH)
         for attempt in (1, 2):
-            sent = state.head
+            sent = state.journal.head
             save = self._save_input(state)
             # its input is not recorded: a workflow task run again must build the same bytes
             facts = state.export_facts(at_ms or now_ms())
@@ -161,20 +163,24 @@ class LogKeeper:
                 cause = exc.cause
                 kind = cause.type if isinstance(cause, ApplicationError) else None
                 if save is not None and kind not in EXPORT_FAILURE_TYPES and not missing:
-                    state.record_persistence_failure("save", failure_message(exc), now_ms())
-                state.record_export_failure(turn, failure_detail(exc) or "", failure_message(exc), now_ms())
+                    state.journal.record_persistence_failure(
+                        "save", failure_message(exc), state.turn, now_ms()
+                    )
+                state.journal.record_export_failure(
+                    turn, failure_detail(exc) or "", failure_message(exc), now_ms()
+                )
                 return
             if save is not None:
-                state.mark_stored()
-            state.record_export(descriptor, plan.export_sink, sent, now_ms())
+                state.journal.mark_stored()
+            state.journal.record_export(descriptor, plan.export_sink, sent, state.turn, now_ms())
             return
 
     def _save_input(self, state: LoopState) -> SaveCheckpointInput | None:
         """The entries the store lacks, what an activity staged named by its digest."""
-        entries = state.unstored()
+        entries = state.journal.unstored()
         if not entries:
             return None
-        newest, staged = entries[-1].delta.staged(state.staged_ids, state.staged_messages)
+        newest, staged = entries[-1].delta.staged(state.journal.staged_ids, state.journal.staged_messages)
         wire = (*entries[:-1], entries[-1].model_copy(update={"delta": newest}))
         return SaveCheckpointInput(run_id=state.plan.run_id, entries=wire, staged=staged)
 
@@ -182,7 +188,7 @@ class LogKeeper:
         """Save what is new without an export (exports are made at tool boundaries): before a
         run waits for a person's next prompt, so that a conversation's turns without tool
         calls reach the store, and no model request carries them again as unsaved."""
-        if state.take_entry() is not None:
+        if state.journal.take_entry() is not None:
             await self.save(state)
 
     async def save(self, state: LoopState) -> None:
@@ -200,11 +206,11 @@ class LogKeeper:
         except ActivityError as exc:
             missing, head = missing_state(exc)
             if not missing:
-                state.record_persistence_failure("save", failure_message(exc), now_ms())
+                state.journal.record_persistence_failure("save", failure_message(exc), state.turn, now_ms())
             else:
                 await self.restore(state, head)
             return
-        state.mark_stored()
+        state.journal.mark_stored()
 
     async def restore(self, state: LoopState, head: LogRef | None) -> bool:
         """Bring a store that lacks part of the run's log up to date, from this execution's history.
@@ -212,16 +218,16 @@ class LogKeeper:
         ``False`` when the store failed (recorded; a later step tries again);
         ``RunFailed`` when the state is gone for good: the run cannot go on.
         """
-        entries = state.entries_after(head)
+        entries = state.journal.entries_after(head)
         seed = None
         if entries is None:  # it lacks even the state this execution started from
-            seed = state.seed_export
-            entries = list(state.journal)
+            seed = state.journal.seed_export
+            entries = list(state.journal.entries)
             if seed is None:
                 lost(
                     state,
-                    f"run {state.plan.run_id}: its state before log version {state.seed.version} is in "
-                    "neither the session store nor an export it could be read from",
+                    f"run {state.plan.run_id}: its state before log version {state.journal.seed.version} "
+                    "is in neither the session store nor an export it could be read from",
                 )
         self._display.details(f"restoring the run's log in the store ({len(entries)} entries)", state)
         try:
@@ -231,15 +237,15 @@ class LogKeeper:
                     SaveCheckpointInput(
                         run_id=state.plan.run_id,
                         entries=tuple(batch),
-                        header=state.header() if index == 0 else None,
+                        header=state.journal.header() if index == 0 else None,
                         seed=seed if index == 0 else None,
                     ),
-                    summary=f"restore run log up to version {state.head.version}",
+                    summary=f"restore run log up to version {state.journal.head.version}",
                     timeouts=state.plan.timeouts,
                 )
         except ActivityError as exc:
             if isinstance(exc.cause, ApplicationError) and exc.cause.type == STATE_LOST:
-                newest = state.last_export
+                newest = state.journal.last_export
                 if newest is not None and newest.descriptor != (seed.descriptor if seed else None):
                     d = newest.descriptor  # more of the run than the export it started from
                     lost(
@@ -247,9 +253,11 @@ class LogKeeper:
                         f"{failure_message(exc)} (or from its newest, turn {d.turn}: {d.content_digest})",
                     )
                 lost(state, failure_message(exc))
-            state.record_persistence_failure("save", f"restore: {failure_message(exc)}", now_ms())
+            state.journal.record_persistence_failure(
+                "save", f"restore: {failure_message(exc)}", state.turn, now_ms()
+            )
             return False
-        state.mark_stored()
+        state.journal.mark_stored()
         return True
 
     async def reading_log(self, state: LoopState, call: Callable[[], Awaitable[T]]) -> T:
@@ -269,7 +277,7 @@ class LogKeeper:
                 state,
                 lambda: self._calls.run(
                     FINISH_RUN,
-                    state.finish_input(),
+                    state.journal.finish_input(state.status, state.final_text, state.error),
                     summary=f"finish run ({state.status}): drop its log",
                     timeouts=state.plan.timeouts,
                     # the run's end reaches the store even when a cancel ended the run
@@ -279,4 +287,4 @@ class LogKeeper:
         except (ActivityError, RunFailed, RunCancelled) as exc:
             # a restore of a lost store, which a cancel stops, is the one way a cancel gets here
             reason = failure_message(exc) if isinstance(exc, ActivityError) else str(exc) or "cancelled"
-            state.record_finish_failure(reason)
+            state.journal.record_finish_failure(reason)

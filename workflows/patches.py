@@ -50,6 +50,8 @@ PATCH_CANCELED_STATE = "cancel-ends-canceled"
 CHECKPOINT_COMPLETES_PATCH = "cancel-waits-for-checkpoint"
 BOUNDED_PROMPT_PATCH = "bounded-start-prompt"
 PATCH_SHELL_UNSEEN = "shell-judge-unseen"
+HOOKS_PATCH = "run-hooks"
+PARALLEL_CALLS_PATCH = "parallel-tool-calls"
 
 LEDGER: tuple[Patch, ...] = (
     Patch(
@@ -82,6 +84,8 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_guarded_v2.json",
             "agent_run_guarded_v4.json",
             "agent_run_guarded_v5.json",
+            "agent_run_hooks_v8.json",
+            "agent_run_parallel_v8.json",
             "agent_run_reasoning_v6.json",
             "agent_run_shell_unseen_v7.json",
             "agent_run_v2.json",
@@ -115,6 +119,8 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_conversation_v5.json",
             "agent_run_guarded_v4.json",
             "agent_run_guarded_v5.json",
+            "agent_run_hooks_v8.json",
+            "agent_run_parallel_v8.json",
             "agent_run_reasoning_v6.json",
             "agent_run_shell_unseen_v7.json",
             "agent_run_v4.json",
@@ -191,6 +197,8 @@ LEDGER: tuple[Patch, ...] = (
         asked=f"at every boundary checkpointed by agent.checkpoint, under {ONE_CHECKPOINT_PATCH}",
         histories=(
             "agent_run_cancel_checkpoint_v7.json",
+            "agent_run_hooks_v8.json",
+            "agent_run_parallel_v8.json",
             "agent_run_reasoning_v6.json",
             "agent_run_shell_unseen_v7.json",
         ),
@@ -220,6 +228,38 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked="only when the two judges decide a call differently (workflows/shell_gate.py)",
         histories=("agent_run_shell_unseen_v7.json",),
+        old_branch=(),
+        deprecate_in="0.4",
+    ),
+    Patch(
+        id=HOOKS_PATCH,
+        shipped="uncommitted (issue 24)",
+        release="0.2",
+        changes=(
+            "a run whose plan has [hooks] runs them as agent.hook activities (before and after tool "
+            "calls, on its prompts, at its end); runs before had no hooks"
+        ),
+        asked="only by a run whose plan has hooks, before its first hook (workflows/hook_runner.py)",
+        histories=("agent_run_hooks_v8.json",),
+        old_branch=(),
+        deprecate_in="0.4",
+    ),
+    Patch(
+        id=PARALLEL_CALLS_PATCH,
+        shipped="uncommitted (issue 24)",
+        release="0.2",
+        changes=(
+            "the calls of one answer to tools whose offer says parallel (read-only tools, [tools] "
+            "parallel) run together, their tool activities scheduled at once, each boundary then "
+            "exported in the answer's order; the calls that need a person's decision are asked about "
+            "together, before any call of the answer runs. Before, one call after another, each "
+            "asked about in its turn"
+        ),
+        asked=(
+            "only for an answer with two consecutive calls to such tools, or two calls a rule may "
+            "send to a person, all with different ids (workflows/call_batch.py)"
+        ),
+        histories=("agent_run_parallel_v8.json",),
         old_branch=(),
         deprecate_in="0.4",
     ),

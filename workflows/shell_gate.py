@@ -15,7 +15,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.core.permissions import Decision, PermissionPolicy
+    from durable_agent.core.permissions import Decision, PermissionPolicy, strictest
 
 from durable_agent.workflows.patches import PATCH_SHELL_UNSEEN
 
@@ -35,3 +35,27 @@ def decide_call(policy: PermissionPolicy, tool: str, target: str | None) -> Deci
     if decision == legacy or workflow.patched(PATCH_SHELL_UNSEEN):
         return decision
     return legacy
+
+
+def decide_targets(
+    policy: PermissionPolicy, tool: str, targets: tuple[str | None, ...]
+) -> tuple[Decision, str | None]:
+    """The decision for a call touching ``targets`` (``tool_specs.permission_targets``): each is
+    decided with ``decide_call``, in order, and the strictest stands (any deny denies, else any
+    ask asks). A call with one target is decided exactly as ``decide_call`` decides it.
+
+    Args:
+        policy: the run's permission rules.
+        tool: the tool called.
+        targets: what the call touches, at least one.
+
+    Returns:
+        The decision, and the target to show: the first denied one for a denial, else all of
+        them (joined by ", ").
+    """
+    decisions = [decide_call(policy, tool, target) for target in targets]
+    decision = strictest(decisions)
+    if decision == "deny":
+        return decision, targets[decisions.index("deny")]
+    shown = [target for target in targets if target is not None]
+    return decision, ", ".join(shown) if shown else None

@@ -138,7 +138,7 @@ class Starter:
         context = ContextLedger.seeded((), resume.source_run().events) if resume is not None else None
         state = LoopState(plan, now_ms(), resume=logical, point=point, context=context)
         for refused in plan.tools_refused:  # an MCP server whose tools the plan could not carry
-            state.emit(
+            state.journal.emit(
                 ToolsUnavailableEvent(server=refused.server, tools=refused.tools, reason=refused.reason),
                 now_ms(),
             )
@@ -232,7 +232,7 @@ class Starter:
     def should_continue_as_new(self, state: LoopState) -> bool:
         info, plan = workflow.info(), state.plan
         # the next execution starts from a reference to the store's copy: it must hold everything
-        return state.can_carry() and (
+        return state.journal.can_carry() and (
             info.is_continue_as_new_suggested()
             or info.get_current_history_length() > plan.limits.continue_as_new_events
             or info.get_current_history_size() > plan.limits.continue_as_new_bytes
@@ -269,5 +269,5 @@ class Starter:
                 f"(max_history_events={limits.max_history_events}, "
                 f"max_history_bytes={limits.max_history_bytes}), so the run stops here"
             )
-            state.emit(ErrorEvent(message=message), now_ms())
+            state.journal.emit(ErrorEvent(message=message), now_ms())
             raise RunFailed(message)

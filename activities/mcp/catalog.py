@@ -103,6 +103,9 @@ def mcp_tool(server: McpServer, config: McpServerConfig, info: McpToolInfo) -> T
         target_is_path=False,
         repeatable=config.retry == "safe",
         schema=schema,
+        # the server says the tool changes nothing (its annotations' readOnlyHint): its calls
+        # of one answer may run together
+        read_only=info.read_only is True,
     )
 
     async def run(args: JsonArgs, workspace: Path) -> str | ToolContent:

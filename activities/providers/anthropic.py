@@ -17,18 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from durable_agent.activities.providers.anthropic_wire import request_body
-from durable_agent.activities.providers.http import HttpProvider, checked_key, tool_arguments
+from durable_agent.activities.providers.http import HttpProvider, StreamReader, Wire, checked_key
 from durable_agent.activities.providers.http_errors import Failures
-from durable_agent.activities.providers.model_provider import TextSink, read_credential
+from durable_agent.activities.providers.model_provider import TextSink, assistant_step, read_credential
 from durable_agent.config import AnthropicProviderConfig
 from durable_agent.core.activity_api import ModelCallInput
-from durable_agent.core.errors import validation_message
 from durable_agent.core.models import (
     ContentBlock,
-    Message,
     ModelResponse,
     RedactedThinkingBlock,
     TextBlock,
@@ -57,23 +53,18 @@ _ERROR_TYPE_STATUS = {
 # --- the stream ----------------------------------------------------------------
 
 
-class _Wire(BaseModel):
-    # New fields and event types arrive without a version bump; unknown ones are ignored.
-    model_config = ConfigDict(extra="ignore")
-
-
-class _Usage(_Wire):
+class _Usage(Wire):
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
 
 
-class _MessageStart(_Wire):
+class _MessageStart(Wire):
     usage: _Usage | None = None
 
 
-class _ContentBlock(_Wire):
+class _ContentBlock(Wire):
     type: str
     text: str | None = None
     id: str | None = None
@@ -84,7 +75,7 @@ class _ContentBlock(_Wire):
     data: str | None = None  # a redacted_thinking block's
 
 
-class _Delta(_Wire):
+class _Delta(Wire):
     type: str | None = None
     text: str | None = None
     partial_json: str | None = None
@@ -93,12 +84,12 @@ class _Delta(_Wire):
     stop_reason: str | None = None
 
 
-class _Error(_Wire):
+class _Error(Wire):
     type: str = "api_error"
     message: str = ""
 
 
-class _Event(_Wire):
+class _Event(Wire):
     type: str
     index: int | None = None
     message: _MessageStart | None = None
@@ -130,24 +121,18 @@ _DELTA_BLOCK = {
 }
 
 
-class StreamState:
+class StreamState(StreamReader):
     """Builds the step from the events: blocks by index, stop reason, usage."""
 
     def __init__(self, failures: Failures, max_tokens: int | None) -> None:
-        self.failures = failures
-        self.max_tokens = max_tokens
+        super().__init__(failures, max_tokens)
         self.blocks: dict[int, _Block] = {}
         self.usage = _Usage()
         self.stop_reason: str | None = None
         self.stopped = False
 
     def feed(self, data: str, on_text: TextSink) -> None:
-        try:
-            event = _Event.model_validate_json(data)
-        except ValidationError as exc:
-            raise self.failures.unparsable(
-                f"a stream event is not a Messages API event: {validation_message(exc)}", data
-            ) from None
+        event = self.parse(_Event, data, "a stream event is not a Messages API event")
         if event.type == "error":
             error = event.error or _Error()
             status = _ERROR_TYPE_STATUS.get(error.type)
@@ -216,11 +201,7 @@ class StreamState:
             # Other block types (server tools) are not asked for, so not expected.
         if not blocks:
             blocks.append(TextBlock(text=""))
-        return ModelResponse(
-            message=Message(role="assistant", content=tuple(blocks)),
-            usage=self._token_usage(),
-            stop_reason=self.stop_reason,
-        )
+        return assistant_step(blocks, self._token_usage(), self.stop_reason)
 
     def _thinking(self, block: _Block) -> ThinkingBlock:
         # Kept even without a signature (a compatible server may sign none): such a
@@ -231,13 +212,8 @@ class StreamState:
     def _tool_use(self, block: _Block) -> ToolUseBlock:
         if not block.id or not block.name:
             raise self.failures.unparsable("a tool_use block has no id or no name")
-        arguments = tool_arguments(
-            self.failures,
-            block.name,
-            "".join(block.json),
-            given=block.start_input,
-            cut_off=self.stop_reason == "max_tokens",
-            max_tokens=self.max_tokens,
+        arguments = self.tool_arguments(
+            block.name, "".join(block.json), given=block.start_input, cut_off=self.stop_reason == "max_tokens"
         )
         return ToolUseBlock(id=block.id, name=block.name, input=arguments)
 

@@ -12,14 +12,18 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from durable_agent.activities.providers.http_errors import Failures
+from durable_agent.activities.providers.model_provider import TextSink
 from durable_agent.activities.providers.sse import SseEvent, aiter_sse, is_event_stream
 from durable_agent.config import ConfigError, HttpProviderConfig
+from durable_agent.core.errors import validation_message
 from durable_agent.core.json_limits import TOOL_ARGUMENTS_MAX_DEPTH, JsonLimitError, check_value, loads
+from durable_agent.core.models import ModelResponse
 
 # Enough of an error body to quote the server; the rest is not read.
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -43,33 +47,93 @@ def checked_key(key: str, env_var: str, provider: str) -> str:
     return key
 
 
-def tool_arguments(
-    failures: Failures, name: str, raw: str, *, given: dict[str, Any], cut_off: bool, max_tokens: int | None
-) -> dict[str, Any]:
-    """The arguments a model wrote for tool ``name``: ``raw`` parsed, or ``given`` when it is blank.
+class Wire(BaseModel):
+    """Base of the models that read a vendor's stream.
 
-    Arguments that are not a JSON object are ``bad_tool_arguments`` (retried: a
-    new sample usually does better), or ``truncated_tool_call`` when the answer
-    was ``cut_off`` by its output limit. Arguments beyond ``json_limits`` are
-    refused at once: nested past ``TOOL_ARGUMENTS_MAX_DEPTH`` they would break
-    the data converter, the workflow's digests and every export further on.
+    New fields and event types arrive without a version bump: unknown ones are ignored, and
+    only what is read must have its type.
     """
-    arguments: Any
-    try:
-        if raw.strip():
-            arguments = loads(raw, max_depth=TOOL_ARGUMENTS_MAX_DEPTH)
-        else:
-            arguments = given
-            check_value(given, max_depth=TOOL_ARGUMENTS_MAX_DEPTH)
-    except JsonLimitError as exc:
-        raise failures.refused_tool_arguments(name, str(exc)) from None
-    except ValueError:
-        arguments = None
-    if not isinstance(arguments, dict):
-        if cut_off:
-            raise failures.truncated_tool_call(name, max_tokens)
-        raise failures.bad_tool_arguments(name, raw)
-    return arguments
+
+    model_config = ConfigDict(extra="ignore")
+
+
+WireT = TypeVar("WireT", bound=Wire)
+
+
+class StreamReader(ABC):
+    """Reads one streamed answer into the step: fed each event's data, then asked for the response.
+
+    Holds what every wire's reader needs: the call's failures and its output limit.
+    """
+
+    def __init__(self, failures: Failures, max_tokens: int | None) -> None:
+        self.failures = failures
+        self.max_tokens = max_tokens
+
+    @abstractmethod
+    def feed(self, data: str, on_text: TextSink) -> None:
+        """Take one event's data; answer text goes on to ``on_text`` as it comes."""
+
+    @abstractmethod
+    def response(self) -> ModelResponse:
+        """The finished step; a stream that ended before it was complete raises ``ended_early``."""
+
+    @property
+    def finished(self) -> bool:
+        """The answer's last event came, so the rest of the stream is not read; a wire without
+        such an event is read to its end."""
+        return False
+
+    def parse(self, wire: type[WireT], data: str, refusal: str) -> WireT:
+        """One event's ``data`` read as ``wire``; anything else is ``unparsable``, said as ``refusal``.
+
+        Args:
+            wire: the model of the event (or chunk).
+            data: the ``data`` of one server-sent event.
+            refusal: what the message says ("a stream event is not a Messages API event").
+
+        Returns:
+            The event.
+        """
+        try:
+            return wire.model_validate_json(data)
+        except ValidationError as exc:
+            raise self.failures.unparsable(f"{refusal}: {validation_message(exc)}", data) from None
+
+    def tool_arguments(self, name: str, raw: str, *, given: dict[str, Any], cut_off: bool) -> dict[str, Any]:
+        """The arguments a model wrote for tool ``name``: ``raw`` parsed, or ``given`` when it is blank.
+
+        Arguments that are not a JSON object are ``bad_tool_arguments`` (retried: a
+        new sample usually does better), or ``truncated_tool_call`` when the answer
+        was ``cut_off`` by its output limit. Arguments beyond ``json_limits`` are
+        refused at once: nested past ``TOOL_ARGUMENTS_MAX_DEPTH`` they would break
+        the data converter, the workflow's digests and every export further on.
+
+        Args:
+            name: the tool's name.
+            raw: the arguments as the model wrote them (JSON text, perhaps blank).
+            given: the arguments the stream gave whole (Anthropic's ``input``), else ``{}``.
+            cut_off: the answer stopped at its output limit.
+
+        Returns:
+            The arguments, a JSON object.
+        """
+        arguments: Any
+        try:
+            if raw.strip():
+                arguments = loads(raw, max_depth=TOOL_ARGUMENTS_MAX_DEPTH)
+            else:
+                arguments = given
+                check_value(given, max_depth=TOOL_ARGUMENTS_MAX_DEPTH)
+        except JsonLimitError as exc:
+            raise self.failures.refused_tool_arguments(name, str(exc)) from None
+        except ValueError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            if cut_off:
+                raise self.failures.truncated_tool_call(name, self.max_tokens)
+            raise self.failures.bad_tool_arguments(name, raw)
+        return arguments
 
 
 class HttpProvider(ABC):

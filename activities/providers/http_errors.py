@@ -156,18 +156,12 @@ class Failures:
         self.model = model
         self._secret = secret
 
-    def _error(
-        self,
-        what: str,
-        *,
-        retryable: bool,
-        retry_after: timedelta | None = None,
-        context_overflow: bool = False,
-    ) -> ProviderError:
-        message = redact(f"model {self.provider}/{self.model}: {what}", self._secret)
-        return ProviderError(
-            message, retryable=retryable, retry_after=retry_after, context_overflow=context_overflow
-        )
+    def _message(self, what: str) -> str:
+        """``what`` went wrong, naming the provider and the model, without the key."""
+        return redact(f"model {self.provider}/{self.model}: {what}", self._secret)
+
+    def _error(self, what: str, *, retryable: bool) -> ProviderError:
+        return ProviderError(self._message(what), retryable=retryable)
 
     def status(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
         """An HTTP error status, classified; a ``Retry-After`` steers the next attempt."""
@@ -177,13 +171,11 @@ class Failures:
             phrase = ""
         said = server_message(body)
         if is_retryable_status(status):
-            return self._error(
-                f"HTTP {status}{phrase}: {said}", retryable=True, retry_after=parse_retry_after(headers)
-            )
+            message = self._message(f"HTTP {status}{phrase}: {said}")
+            return ProviderError(message, retryable=True, retry_after=parse_retry_after(headers))
         overflow = is_context_overflow(_body_error(body))
-        return self._error(
-            f"HTTP {status}{phrase} (not retried): {said}", retryable=False, context_overflow=overflow
-        )
+        message = self._message(f"HTTP {status}{phrase} (not retried): {said}")
+        return ProviderError(message, retryable=False, context_overflow=overflow)
 
     def in_stream(self, said: str, status: int | None, *, error: object = None) -> ProviderError:
         """An error event inside a stream that began well; ``status`` when the vendor gives one.
@@ -193,8 +185,8 @@ class Failures:
         # Without a status the failure is the server's, mid-answer: worth another try.
         retryable = status is None or is_retryable_status(status)
         note = "" if retryable else " (not retried)"
-        return self._error(
-            f"error event in the response stream{note}: {_shorten(said)}",
+        return ProviderError(
+            self._message(f"error event in the response stream{note}: {_shorten(said)}"),
             retryable=retryable,
             context_overflow=not retryable and is_context_overflow(error),
         )

@@ -9,14 +9,14 @@ retryable or non-retryable Temporal error. HTTP providers add their kinds here.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Protocol
 
 from durable_agent.config import ConfigError
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.errors import DurableAgentError
-from durable_agent.core.models import ModelResponse
+from durable_agent.core.models import ContentBlock, Message, ModelResponse, TokenUsage
 
 
 class ProviderError(DurableAgentError):
@@ -42,6 +42,23 @@ class ProviderError(DurableAgentError):
 
 
 TextSink = Callable[[str], None]
+
+
+def assistant_step(
+    blocks: Iterable[ContentBlock], usage: TokenUsage, stop_reason: str | None
+) -> ModelResponse:
+    """A model step that answered with ``blocks``, in their order, as the assistant's message.
+
+    Args:
+        blocks: the answer's thinking, text and tool uses.
+        usage: the tokens the step cost.
+        stop_reason: why the model stopped (the Messages vocabulary: ``end_turn``, ``tool_use``...).
+
+    Returns:
+        The step.
+    """
+    message = Message(role="assistant", content=tuple(blocks))
+    return ModelResponse(message=message, usage=usage, stop_reason=stop_reason)
 
 
 class ModelProvider(Protocol):

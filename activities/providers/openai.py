@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from durable_agent.activities.providers.http import HttpProvider, checked_key
+from durable_agent.activities.providers.http import HttpProvider, StreamReader, checked_key
+from durable_agent.activities.providers.http_errors import Failures
 from durable_agent.activities.providers.model_provider import TextSink, read_credential
 from durable_agent.activities.providers.openai_stream import StreamState
 from durable_agent.config import OpenAIProviderConfig, ResolvedModelSettings
@@ -200,10 +203,23 @@ def request_body(call: ModelCallInput, model: str, settings: ResolvedModelSettin
     return body
 
 
+@dataclass(frozen=True)
+class OpenAIWire:
+    """One of OpenAI's protocols: where a step is asked, its request's body, the reader of its answer."""
+
+    path: str
+    request_body: Callable[[ModelCallInput, str, ResolvedModelSettings], dict[str, Any]]
+    reader: Callable[[Failures, int | None], StreamReader]
+
+
+CHAT_COMPLETIONS = OpenAIWire("/chat/completions", request_body, StreamState)
+
+
 class OpenAIProvider(HttpProvider):
     """Chat Completions over HTTP; the key, if any, goes as ``Authorization: Bearer``."""
 
     config: OpenAIProviderConfig
+    wire: ClassVar[OpenAIWire] = CHAT_COMPLETIONS
 
     def __init__(self, name: str, config: OpenAIProviderConfig, api_key: str | None) -> None:
         super().__init__(name, config, api_key)
@@ -218,14 +234,17 @@ class OpenAIProvider(HttpProvider):
         return {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
     async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
-        """Stream one step from ``/chat/completions``, handing text to ``on_text`` as it comes."""
+        """Stream one step from the wire's ``path``, handing text to ``on_text`` as it comes."""
         settings = self.config.settings_for(model)
         failures = self.failures(model)
-        state = StreamState(failures, settings.max_tokens)
-        body = request_body(call, model, settings)
-        async with self.event_stream(failures, "/chat/completions", body, settings.headers) as events:
+        state = self.wire.reader(failures, settings.max_tokens)
+        body = self.wire.request_body(call, model, settings)
+        async with self.event_stream(failures, self.wire.path, body, settings.headers) as events:
             async for event in events:
+                # Chat Completions' end; servers of the Responses API that copy it send it too.
                 if event.data.strip() == "[DONE]":
                     break
                 state.feed(event.data, on_text)
+                if state.finished:
+                    break
         return state.response()

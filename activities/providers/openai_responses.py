@@ -29,10 +29,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from durable_agent.activities.providers.model_provider import TextSink
 from durable_agent.activities.providers.openai import (
     TOOL_ERROR_PREFIX,
     OpenAIProvider,
+    OpenAIWire,
     add_sampling_and_cache_key,
 )
 from durable_agent.activities.providers.openai_responses_stream import WIRE, StreamState
@@ -41,7 +41,6 @@ from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.models import (
     ImageBlock,
     Message,
-    ModelResponse,
     TextBlock,
     ThinkingBlock,
     ToolDefinition,
@@ -209,20 +208,10 @@ def request_body(call: ModelCallInput, model: str, settings: ResolvedModelSettin
     return body
 
 
+RESPONSES = OpenAIWire("/responses", request_body, StreamState)
+
+
 class OpenAIResponsesProvider(OpenAIProvider):
     """The Responses API over HTTP; the key, as with Chat Completions, as ``Authorization: Bearer``."""
 
-    async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
-        """Stream one step from ``/responses``, handing text to ``on_text`` as it comes."""
-        settings = self.config.settings_for(model)
-        failures = self.failures(model)
-        state = StreamState(failures, settings.max_tokens)
-        body = request_body(call, model, settings)
-        async with self.event_stream(failures, "/responses", body, settings.headers) as events:
-            async for event in events:
-                if event.data.strip() == "[DONE]":  # not OpenAI's, but compatible servers add it
-                    break
-                state.feed(event.data, on_text)
-                if state.finished:
-                    break
-        return state.response()
+    wire = RESPONSES

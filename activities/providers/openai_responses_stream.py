@@ -19,15 +19,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from durable_agent.activities.providers.http import tool_arguments
+from durable_agent.activities.providers.http import StreamReader, Wire
 from durable_agent.activities.providers.http_errors import Failures
-from durable_agent.activities.providers.model_provider import TextSink
-from durable_agent.core.errors import validation_message
+from durable_agent.activities.providers.model_provider import TextSink, assistant_step
 from durable_agent.core.models import (
     ContentBlock,
-    Message,
     ModelResponse,
     TextBlock,
     ThinkingBlock,
@@ -45,18 +41,13 @@ _RETRYABLE_CODES = {"rate_limit_exceeded": 429, "server_error": 500, "vector_sto
 _INVALID_MARKS = ("invalid", "image", "unsupported", "exceeded", "not_found", "too_large", "too_small")
 
 
-class _Wire(BaseModel):
-    # New fields and event types arrive without a version bump; unknown ones are ignored.
-    model_config = ConfigDict(extra="ignore")
-
-
-class _Text(_Wire):
+class _Text(Wire):
     type: str = ""
     text: str | None = None
     refusal: str | None = None
 
 
-class _Item(_Wire):
+class _Item(Wire):
     type: str
     id: str | None = None
     # a function_call's
@@ -70,29 +61,29 @@ class _Item(_Wire):
     content: list[_Text] | None = None
 
 
-class _InputDetails(_Wire):
+class _InputDetails(Wire):
     cached_tokens: int | None = None
 
 
-class _Usage(_Wire):
+class _Usage(Wire):
     input_tokens: int | None = None
     output_tokens: int | None = None
     total_tokens: int | None = None
     input_tokens_details: _InputDetails | None = None
 
 
-class _Incomplete(_Wire):
+class _Incomplete(Wire):
     reason: str | None = None
 
 
-class _Response(_Wire):
+class _Response(Wire):
     status: str | None = None
     usage: _Usage | None = None
     incomplete_details: _Incomplete | None = None
     error: Any = None
 
 
-class _Event(_Wire):
+class _Event(Wire):
     type: str
     output_index: int | None = None
     item_id: str | None = None
@@ -118,12 +109,11 @@ class _Output:
         self.done = False
 
 
-class StreamState:
+class StreamState(StreamReader):
     """Builds the step from the events: output items by index, status, usage."""
 
     def __init__(self, failures: Failures, max_tokens: int | None) -> None:
-        self.failures = failures
-        self.max_tokens = max_tokens
+        super().__init__(failures, max_tokens)
         self.outputs: dict[int, _Output] = {}
         self.final: _Response | None = None
 
@@ -134,12 +124,7 @@ class StreamState:
 
     def feed(self, data: str, on_text: TextSink) -> None:
         """Read one event's data; answer text goes to ``on_text`` as it comes."""
-        try:
-            event = _Event.model_validate_json(data)
-        except ValidationError as exc:
-            raise self.failures.unparsable(
-                f"a stream event is not a Responses API event: {validation_message(exc)}", data
-            ) from None
+        event = self.parse(_Event, data, "a stream event is not a Responses API event")
         kind = event.type
         if kind == "error":
             error = event.error if isinstance(event.error, dict) else _top_level_error(event)
@@ -223,8 +208,7 @@ class StreamState:
             stop = "max_tokens" if cut_off else (reason or "incomplete")
         else:
             stop = "end_turn"
-        message = Message(role="assistant", content=tuple(blocks))
-        return ModelResponse(message=message, usage=_usage(final.usage), stop_reason=stop)
+        return assistant_step(blocks, _usage(final.usage), stop)
 
     def _thinking(self, output: _Output) -> ThinkingBlock | None:
         item = output.item
@@ -242,9 +226,7 @@ class StreamState:
         if not item.call_id or not item.name:
             raise self.failures.unparsable("a function_call item has no call_id or no name")
         raw = (output.done and item.arguments) or "".join(output.arguments)
-        arguments = tool_arguments(
-            self.failures, item.name, raw, given={}, cut_off=cut_off, max_tokens=self.max_tokens
-        )
+        arguments = self.tool_arguments(item.name, raw, given={}, cut_off=cut_off)
         return ToolUseBlock(id=item.call_id, name=item.name, input=arguments)
 
 

@@ -17,14 +17,10 @@ import json
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from durable_agent.activities.providers.http import tool_arguments
+from durable_agent.activities.providers.http import StreamReader, Wire
 from durable_agent.activities.providers.http_errors import Failures
-from durable_agent.activities.providers.model_provider import TextSink
-from durable_agent.core.errors import validation_message
+from durable_agent.activities.providers.model_provider import TextSink, assistant_step
 from durable_agent.core.models import (
-    Message,
     ModelResponse,
     TextBlock,
     ThinkingBlock,
@@ -41,23 +37,18 @@ _STOP_REASONS = {
 }
 
 
-class _Wire(BaseModel):
-    # Servers add fields freely; only what is read here must have its type.
-    model_config = ConfigDict(extra="ignore")
-
-
-class _FunctionDelta(_Wire):
+class _FunctionDelta(Wire):
     name: str | None = None
     arguments: str | None = None
 
 
-class _ToolCallDelta(_Wire):
+class _ToolCallDelta(Wire):
     index: int | None = None
     id: str | None = None
     function: _FunctionDelta | None = None
 
 
-class _ReasoningDetail(_Wire):
+class _ReasoningDetail(Wire):
     # OpenRouter: "reasoning.text" carries ``text``, "reasoning.summary" its ``summary``;
     # "reasoning.encrypted" carries neither and has nothing readable.
     type: str | None = None
@@ -65,7 +56,7 @@ class _ReasoningDetail(_Wire):
     summary: str | None = None
 
 
-class _Delta(_Wire):
+class _Delta(Wire):
     content: str | None = None
     refusal: str | None = None  # OpenAI's safety refusal, in place of content
     reasoning_content: str | None = None
@@ -82,17 +73,17 @@ class _Delta(_Wire):
         return "".join(d.text or d.summary or "" for d in self.reasoning_details or [])
 
 
-class _Choice(_Wire):
+class _Choice(Wire):
     index: int = 0
     delta: _Delta | None = None
     finish_reason: str | None = None
 
 
-class _PromptDetails(_Wire):
+class _PromptDetails(Wire):
     cached_tokens: int | None = None
 
 
-class _Usage(_Wire):
+class _Usage(Wire):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     total_tokens: int | None = None
@@ -101,7 +92,7 @@ class _Usage(_Wire):
     prompt_cache_hit_tokens: int | None = None
 
 
-class _Chunk(_Wire):
+class _Chunk(Wire):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     error: Any = None
@@ -114,12 +105,11 @@ class _Call:
         self.arguments: list[str] = []
 
 
-class StreamState:
+class StreamState(StreamReader):
     """Builds the step from the chunks: reasoning, text, tool calls by index, finish reason, usage."""
 
     def __init__(self, failures: Failures, max_tokens: int | None) -> None:
-        self.failures = failures
-        self.max_tokens = max_tokens
+        super().__init__(failures, max_tokens)
         self.thinking: list[str] = []
         self.text: list[str] = []
         self.calls: dict[int, _Call] = {}
@@ -133,12 +123,7 @@ class StreamState:
             data: the ``data`` of one server-sent event, other than ``[DONE]``.
             on_text: receives each piece of answer text (never reasoning).
         """
-        try:
-            chunk = _Chunk.model_validate_json(data)
-        except ValidationError as exc:
-            raise self.failures.unparsable(
-                f"a stream chunk is not a chat completion chunk: {validation_message(exc)}", data
-            ) from None
+        chunk = self.parse(_Chunk, data, "a stream chunk is not a chat completion chunk")
         if chunk.error is not None:
             raise _stream_error(self.failures, chunk.error)
         if chunk.usage is not None:
@@ -198,20 +183,13 @@ class StreamState:
         if not any(isinstance(b, TextBlock | ToolUseBlock) for b in blocks):
             blocks.append(TextBlock(text=""))
         stop = "tool_use" if self.calls else _STOP_REASONS.get(self.finish_reason, self.finish_reason)
-        return ModelResponse(
-            message=Message(role="assistant", content=tuple(blocks)), usage=self.usage, stop_reason=stop
-        )
+        return assistant_step(blocks, self.usage, stop)
 
     def _tool_use(self, call: _Call) -> ToolUseBlock:
         if not call.name:
             raise self.failures.unparsable("a tool call has no function name")
-        arguments = tool_arguments(
-            self.failures,
-            call.name,
-            "".join(call.arguments),
-            given={},
-            cut_off=self.finish_reason == "length",
-            max_tokens=self.max_tokens,
+        arguments = self.tool_arguments(
+            call.name, "".join(call.arguments), given={}, cut_off=self.finish_reason == "length"
         )
         # Ids pair each result with its call; a server that sends none gets one made up.
         call_id = call.id or f"call_{uuid.uuid4().hex[:24]}"

@@ -12,13 +12,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from durable_agent.activities.providers.model_provider import ProviderError, TextSink, read_credential
+from durable_agent.activities.providers.model_provider import (
+    ProviderError,
+    TextSink,
+    assistant_step,
+    read_credential,
+)
 from durable_agent.config import ConfigError, ScriptedProviderConfig
 from durable_agent.core import json_limits
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.errors import validation_message
 from durable_agent.core.models import (
-    Message,
     ModelResponse,
     TextBlock,
     ThinkingBlock,
@@ -113,11 +117,7 @@ class ScriptedProvider:
             blocks.append(ToolUseBlock(id=tc.id or f"call-{step + 1}-{i + 1}", name=tc.name, input=arguments))
         if not blocks:
             blocks.append(TextBlock(text=""))
-        return ModelResponse(
-            message=Message(role="assistant", content=tuple(blocks)),
-            usage=scripted.usage,
-            stop_reason="tool_use" if scripted.tool_calls else "end_turn",
-        )
+        return assistant_step(blocks, scripted.usage, "tool_use" if scripted.tool_calls else "end_turn")
 
     def _answers_summaries(self, step: int) -> bool:
         """Whether the script has a text-only answer for this summary request (a script
@@ -129,7 +129,7 @@ class ScriptedProvider:
     def _summary(call: ModelCallInput) -> ModelResponse:
         """A script of tool steps answers a summary request with a fixed summary that says so."""
         text = f"Scripted summary of a request of {len(call.messages)} message(s)."
-        return ModelResponse(message=Message(role="assistant", content=(TextBlock(text=text),)))
+        return assistant_step([TextBlock(text=text)], TokenUsage(), None)
 
     def _arguments(self, call: ScriptedToolCall, model: str) -> dict[str, Any]:
         """The call's arguments within ``json_limits``; a script answers the same way every

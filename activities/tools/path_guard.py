@@ -7,6 +7,10 @@ path tool runs, the activity resolves the path and judges the resolved path
 too: a ``deny`` on either denies, and an ``ask`` the workflow has not asked a
 person about sends the call back to the workflow to ask.
 
+``apply_patch`` touches every path its patch names: each is resolved and
+judged so, a deny on any denies the call, and the resolved paths that need
+``ask`` are asked about together.
+
 ``grep`` reads every file below its ``path``, so it leaves out the files an
 explicit ``read`` deny rule covers, by their path as walked or as resolved.
 
@@ -28,6 +32,7 @@ from typing import Any
 
 from durable_agent.activities.tools.tool import ToolFailure, confine
 from durable_agent.core.activity_api import ToolCallInput, ToolOutput
+from durable_agent.core.patch_format import PatchError, parse_patch, patch_paths
 from durable_agent.core.permissions import PermissionPolicy, parse_rule
 from durable_agent.core.tool_specs import ToolSpec
 
@@ -99,6 +104,8 @@ def check_resolved(inp: ToolCallInput, spec: ToolSpec, arguments: dict[str, Any]
     value = arguments.get(spec.target_arg)
     if not isinstance(value, str) or not value:
         return None  # the argument check reports it
+    if spec.targets_from == "patch":
+        return _check_patch(inp, policy, value)
     root = Path(inp.workspace).resolve()
     given = posixpath.normpath(value)
     if posixpath.isabs(given):
@@ -149,5 +156,73 @@ def _opened_refusal(
         return (
             f"{inp.name} {value} resolves to {opened} now (a link changed since the call was judged), "
             "which needs a person's approval; call it again"
+        )
+    return None
+
+
+def _given(root: Path, value: str) -> str:
+    """A path as the workflow judged it: normalised, workspace-relative when absolute inside."""
+    given = posixpath.normpath(value)
+    if posixpath.isabs(given) and given.startswith(str(root)):
+        return posixpath.relpath(given, str(root))
+    return given
+
+
+def _check_patch(inp: ToolCallInput, policy: PermissionPolicy, patch: str) -> ToolOutput | None:
+    """``check_resolved`` for a patch: every path it names, resolved, judged as one path is."""
+    try:
+        paths = patch_paths(parse_patch(patch))
+    except PatchError:
+        return None  # the argument check reports it
+    root = Path(inp.workspace).resolve()
+    judged = {_given(root, value) for value in paths}  # the workflow decided each of these
+    asked: dict[str, None] = {}
+    for value in paths:
+        try:
+            resolved = relative(root, confine(root, value))
+        except Exception:
+            continue  # outside the workspace: the tool refuses it
+        if resolved in judged:
+            continue
+        decision = policy.decide(inp.name, resolved)
+        if decision == "deny":
+            return ToolOutput(
+                content=(
+                    f"permission denied: {inp.name} {value} resolves to {resolved}, which is not allowed "
+                    "by the run's permissions"
+                ),
+                is_error=True,
+                permission="denied",
+                resolved_target=resolved,
+            )
+        if decision == "ask":
+            asked[resolved] = None
+    together = ", ".join(asked)
+    approved = set(asked) if asked and inp.approved_target == together else set()
+    OPENED_JUDGE.set(lambda opened: _patch_opened_refusal(inp, policy, judged | approved, opened))
+    if asked and not approved:
+        return ToolOutput(
+            content=f"{inp.name}'s paths resolve to {together}, which needs a person's approval",
+            is_error=True,
+            permission="ask",
+            resolved_target=together,
+        )
+    return None
+
+
+def _patch_opened_refusal(
+    inp: ToolCallInput, policy: PermissionPolicy, passed: set[str], opened: str
+) -> str | None:
+    """Why the rules refuse a path a patch's tool opened (``None``: they do not); ``passed``: the
+    paths the workflow judged and those a person approved."""
+    if opened in passed:
+        return None
+    decision = policy.decide(inp.name, opened)
+    if decision == "deny":
+        return f"permission denied: {inp.name} reaches {opened}, which the run's permissions do not allow"
+    if decision == "ask":
+        return (
+            f"{inp.name} reaches {opened} now (a link changed since the call was judged), which needs a "
+            "person's approval; call it again"
         )
     return None

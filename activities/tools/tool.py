@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from durable_agent.core.activity_api import ToolCallInput
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.models import ImageBlock
 from durable_agent.core.tool_specs import ToolSpec
@@ -43,6 +44,10 @@ class ToolContent:
 
     The images carry their data here; the tool activity keeps it in the session store and
     passes the images on as references (``activities/staging.py``).
+
+    Attributes:
+        text: The result's text, what the model reads.
+        images: The images, each with its media type and base64 data.
     """
 
     text: str
@@ -50,6 +55,14 @@ class ToolContent:
 
 
 ToolImpl = Callable[[Any, Path], Awaitable[str | ToolContent]]
+
+
+# Set by the tool activity for the call it runs, so that a tool of the host's (``custom.py``) can
+# tell its function which run and call it serves without changing every tool's signature. A
+# context variable: each activity runs in a context of its own, and a tool's thread gets a copy.
+CURRENT_CALL: contextvars.ContextVar[ToolCallInput | None] = contextvars.ContextVar(
+    "current_call", default=None
+)
 
 
 def text_of(result: str | ToolContent) -> str:

@@ -69,6 +69,7 @@ FALLBACK: dict[str, dict[str, str]] = {
         "telemetry": "What trace spans may hold.",
         "codec": "Payload encryption.",
         "mcp": "MCP servers, by name: `[mcp.NAME]`.",
+        "hooks": "Commands run at four moments of every run, each event a list: `[[hooks.EVENT]]`.",
     },
     "ScriptedProviderConfig": {
         "kind": "A provider whose answers come from a file.",
@@ -188,12 +189,13 @@ class Section(typing.NamedTuple):
     model: type[BaseModel]
     defaults: BaseModel | None  # the instance the parent's default gives, whose values win
     kind: str | None = None  # the discriminator's value, for a member of a union of kinds
+    array: bool = False  # an array of tables (``[[hooks.stop]]``): a list of this model
 
     @property
     def title(self) -> str:
         if not self.path:
             return "Top level"
-        title = f"`[{self.path}]`"
+        title = f"`[[{self.path}]]`" if self.array else f"`[{self.path}]`"
         return f'{title} with `kind = "{self.kind}"`' if self.kind else title
 
 
@@ -274,6 +276,10 @@ def sections() -> list[Section]:
                 for member in members:
                     child = f"{path}.{_placeholder(path)}"
                     visit(Section(child, member, None, _kind(member) if len(members) > 1 else None))
+                continue
+            if typing.get_origin(annotation) is tuple and typing.get_args(annotation):
+                for member in _models_of(typing.get_args(annotation)[0]):
+                    visit(Section(path, member, None, array=True))
                 continue
             members = _models_of(annotation)
             for member in members:
@@ -395,7 +401,7 @@ def type_name(annotation: Any) -> str:
         text = " or ".join(named)
         return f"{text}, optional" if type(None) in args else text
     if origin is tuple:
-        return f"list of {type_name(args[0])}"
+        return "array of tables" if _models_of(args[0]) else f"list of {type_name(args[0])}"
     if origin is dict:
         value = args[1]
         return "tables" if _models_of(value) else f"table of {type_name(value)}"

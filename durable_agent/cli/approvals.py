@@ -1,14 +1,17 @@
-"""``durable-agent approvals | approve | deny``: the person's side of human approval."""
+"""``durable-agent approvals | approve | deny``: the person's side of human approval.
+
+Their options are declared with the parser (``cli/commands.py``), which imports this module
+only when one of these commands runs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from temporalio.client import Client, WorkflowUpdateFailedError
 
+from durable_agent.cli.common import network
 from durable_agent.client import connect
 from durable_agent.core.failures import failure_message
 from durable_agent.core.run_api import (
@@ -86,24 +89,5 @@ async def decide(args: argparse.Namespace) -> int:
     return 0
 
 
-Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
-
-
-def add_commands(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], wrap: Callable[[Command], Callable[..., int]]
-) -> None:
-    """Register the approval commands; ``wrap`` runs a command and reports Temporal's errors."""
-    approvals = sub.add_parser("approvals", help="list the calls waiting for a person's decision")
-    approvals.add_argument("workflow_id", nargs="?", help="one run (default: every run that waits)")
-    approvals.set_defaults(func=wrap(list_approvals))
-    for name, text in (("approve", "let a waiting call run"), ("deny", "refuse a waiting call")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("workflow_id")
-        p.add_argument("call_id")
-        p.add_argument("--reason", help="shown to the model (with a denial) and kept in the run's events")
-        p.add_argument(
-            "--digest",
-            metavar="SHA256",
-            help="the arguments digest that `approvals` showed: decide only if the call still has it",
-        )
-        p.set_defaults(func=wrap(decide))
+cmd_approvals = network(list_approvals)
+cmd_decide = network(decide)  # approve and deny

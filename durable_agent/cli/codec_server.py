@@ -6,6 +6,9 @@ POST the payloads they show to ``<endpoint>/decode`` and show what comes back, s
 people who hold the keys read encrypted runs. Requests are the protobuf JSON form of
 ``temporal.api.common.v1.Payloads``; answers are the same shape. Standard library HTTP
 only: it serves one team's UI, not the internet (put TLS in front of it).
+
+The commands' options are declared with the parser (``cli/commands.py``), which imports this
+module only when one of them runs.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ from urllib.parse import urlsplit
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
+from durable_agent.cli.commands import DEFAULT_ORIGIN
+from durable_agent.cli.commands import parse_bind as parse_bind
 from durable_agent.cli.common import err
 from durable_agent.codec import AesGcmCodec, CodecError, codec_for, new_key
 from durable_agent.config import ConfigError, load_config
 
-DEFAULT_BIND = "127.0.0.1:8081"
-DEFAULT_ORIGIN = "http://localhost:8233"  # the dev server's Web UI
 MAX_BODY_BYTES = 64 * 1024 * 1024
 ALLOW_HEADERS = "Content-Type, X-Namespace, Authorization"
 
@@ -209,14 +212,6 @@ class _Handler(BaseHTTPRequestHandler):
         log.warning("%s %s", self.address_string(), format % args)
 
 
-def parse_bind(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:8081`` for IPv6) as an address to bind."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
 def _stop(*_: object) -> NoReturn:
     raise SystemExit(0)
 
@@ -267,31 +262,3 @@ def cmd_codec_key(args: argparse.Namespace) -> int:
     """Print a fresh random key for ``[codec.keys]`` (base64 of 32 bytes)."""
     print(new_key())
     return 0
-
-
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``codec-server`` and ``codec-key`` on the CLI's subparsers."""
-    server = sub.add_parser(
-        "codec-server", help="serve the Temporal UI's remote codec endpoint (decrypts payloads)"
-    )
-    server.add_argument(
-        "--bind",
-        type=parse_bind,
-        default=parse_bind(DEFAULT_BIND),
-        metavar="HOST:PORT",
-        help=f"where to listen (default {DEFAULT_BIND})",
-    )
-    server.add_argument(
-        "--origin",
-        action="append",
-        metavar="URL",
-        help=f"a Web UI origin allowed to call it (repeatable; default {DEFAULT_ORIGIN})",
-    )
-    server.add_argument(
-        "--auth-env",
-        metavar="VAR",
-        help="require an Authorization header equal to this environment variable's value",
-    )
-    server.set_defaults(func=cmd_codec_server)
-    key = sub.add_parser("codec-key", help="print a new random key for the config's [codec.keys]")
-    key.set_defaults(func=cmd_codec_key)

@@ -1,21 +1,33 @@
-"""What the CLI's commands and the demo share: error lines, run inputs, following a run.
+"""What the CLI's commands and the demo share: error lines, run inputs, following a run, and
+the wrapper that runs a command against Temporal (``network``).
 
-Its own module so that ``demo`` and ``commands`` both import it and never each other.
+Its own module so that the commands' modules all import it and never each other.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowQueryFailedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
 
 from durable_agent.cli.render import EventPrinter, print_result
 from durable_agent.client import follow_run, run_result
+from durable_agent.codec import ENCODING, CodecError
+from durable_agent.config import ConfigError
+from durable_agent.core.errors import validation_message
 from durable_agent.core.failures import failure_message
 from durable_agent.core.run_api import AgentRunInput, AgentRunResult
+
+#: A command that talks to Temporal: the parsed arguments in, the exit code out.
+AsyncCommand = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
 
 def err(message: str) -> None:
@@ -74,10 +86,54 @@ def budget_fields(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def budget_options(run: argparse.ArgumentParser) -> None:
-    """``--max-total-tokens``, ``--max-cost-usd`` and ``--idle-timeout``."""
-    run.add_argument("--max-total-tokens", type=int, metavar="N", help="the run's token budget")
-    run.add_argument("--max-cost-usd", type=float, metavar="USD", help="the run's cost budget")
-    run.add_argument(
-        "--idle-timeout", type=float, metavar="SECONDS", help="with follow-ups: close after this long idle"
-    )
+def one_line(exc: Exception) -> str:
+    """``Type: message`` on one line, whatever the message holds (a reader's error quotes input).
+
+    Args:
+        exc: The error.
+
+    Returns:
+        Its type's name and its message (pydantic's, shortened), on one line.
+    """
+    message = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
+    return f"{type(exc).__name__}: {' '.join(message.split())}"
+
+
+def network(command: AsyncCommand) -> Callable[[argparse.Namespace], int]:
+    """Run an async command; Temporal's errors become a one-line message and exit code 1.
+
+    Args:
+        command: The command, a coroutine function of the parsed arguments.
+
+    Returns:
+        A command that runs it with ``asyncio.run`` and gives its exit code: 1 when Temporal
+            cannot be reached or refuses, 2 for a config or codec key that does not fit, 130
+            when interrupted.
+    """
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return asyncio.run(command(args))
+        # RuntimeError is what Client.connect raises when nothing answers.
+        except (RPCError, WorkflowQueryFailedError, WorkflowAlreadyStartedError, RuntimeError) as exc:
+            err(f"{args.command}: {exc}")
+            return 1
+        except ConfigError as exc:  # the config the client reads its codec keys from
+            err(f"{args.command}: {exc}")
+            return 2
+        except CodecError as exc:  # encrypted with a key this config does not hold
+            err(f"{args.command}: {exc}: give this command the config and key variables the workers use")
+            return 2
+        except KeyError as exc:
+            if ENCODING.decode() not in str(exc):
+                raise
+            # the run's payloads are encrypted and this client has no [codec] keys at all
+            err(
+                f"{args.command}: the run's payloads are encrypted ([codec] on the workers): set "
+                "AGENT_CONFIG to a config with the same [codec] keys, and their variables"
+            )
+            return 2
+        except KeyboardInterrupt:
+            return 130  # a run being followed goes on without us
+
+    return run

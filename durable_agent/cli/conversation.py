@@ -1,21 +1,25 @@
 """The conversation commands: ``chat`` (a conversation in the terminal), ``prompt``, ``steer``
-and ``end`` (a run with follow-ups, from another shell)."""
+and ``end`` (a run with follow-ups, from another shell).
+
+Their options are declared with the parser (``cli/commands.py``), which imports this module
+only when one of these commands runs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
-from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 
 from durable_agent.cli.common import (
     budget_fields,
-    budget_options,
     build_run_input,
     err,
+    network,
     policy_arg,
     workspace_arg,
 )
@@ -35,7 +39,7 @@ from durable_agent.core.failures import failure_message
 from durable_agent.core.models import EndEvent, EventRecord
 from durable_agent.core.run_api import AWAITING_PROMPT, QUERY_STATUS, AgentRunResult, RunStatusView
 
-Network = Callable[[Callable[[argparse.Namespace], Coroutine[Any, Any, int]]], Callable[..., int]]
+T = TypeVar("T")
 
 
 async def _chat(args: argparse.Namespace) -> int:
@@ -113,23 +117,38 @@ def _read_line() -> str | None:
     return line.rstrip("\n")
 
 
-async def _prompt(args: argparse.Namespace) -> int:
+async def _update(
+    args: argparse.Namespace, command: str, send: Callable[[WorkflowHandle[Any, Any], str], Awaitable[T]]
+) -> T | None:
+    """Send ``args.text`` to the run ``args.workflow_id`` by the update ``send``; None when refused.
+
+    Args:
+        args: the command's arguments (``workflow_id``, ``text``).
+        command: the command's name, for the refusal's message.
+        send: the client's call that sends the update.
+
+    Returns:
+        What the run answered, or None when it refused (said on standard error).
+    """
     handle = (await connect()).get_workflow_handle(args.workflow_id)
     try:
-        accepted = await send_prompt(handle, args.text)
+        return await send(handle, args.text)
     except WorkflowUpdateFailedError as exc:
-        err(f"prompt: refused: {failure_message(exc)}")
+        err(f"{command}: refused: {failure_message(exc)}")
+        return None
+
+
+async def _prompt(args: argparse.Namespace) -> int:
+    accepted = await _update(args, "prompt", send_prompt)
+    if accepted is None:
         return 1
     print(f"prompt sent to {args.workflow_id}; its events follow sequence {accepted.after_sequence}")
     return 0
 
 
 async def _steer(args: argparse.Namespace) -> int:
-    handle = (await connect()).get_workflow_handle(args.workflow_id)
-    try:
-        accepted = await steer_run(handle, args.text)
-    except WorkflowUpdateFailedError as exc:
-        err(f"steer: refused: {failure_message(exc)}")
+    accepted = await _update(args, "steer", steer_run)
+    if accepted is None:
         return 1
     print(
         f"steer sent to {args.workflow_id}: the model sees it at its next request ({accepted.queued} waiting)"
@@ -143,28 +162,7 @@ async def _end(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser], network: Network) -> None:
-    """Register ``chat``, ``prompt``, ``steer`` and ``end``; ``network`` wraps each command."""
-    chat = sub.add_parser("chat", help="a conversation in the terminal: start one, or attach to a run")
-    chat.add_argument("workflow_id", nargs="?", help="a run with follow-ups to attach to")
-    chat.add_argument("--prompt", help="the first prompt (default: the first line read)")
-    chat.add_argument("--workspace", help="a folder on the worker's machine (default: the worker's)")
-    chat.add_argument("--model", help='"provider/model"')
-    chat.add_argument("--session-id")
-    chat.add_argument("--id", help="the workflow id (default: agent-run-<random>)")
-    for kind in ("allow", "deny", "ask"):
-        chat.add_argument(f"--{kind}", action="append", metavar="RULE", help=f"{kind} rule")
-    chat.add_argument("--default", choices=("allow", "deny", "ask"), help="decision when no rule matches")
-    budget_options(chat)
-    chat.set_defaults(func=network(_chat))
-    for name, text in (
-        ("prompt", "the next prompt of a run that waits for one (update)"),
-        ("steer", "a message the run's model sees at its next request (update)"),
-    ):
-        texted = sub.add_parser(name, help=text)
-        texted.add_argument("workflow_id")
-        texted.add_argument("text")
-        texted.set_defaults(func=network(_prompt if name == "prompt" else _steer))
-    end = sub.add_parser("end", help="close a run with follow-ups: it completes with its last answer")
-    end.add_argument("workflow_id")
-    end.set_defaults(func=network(_end))
+cmd_chat = network(_chat)
+cmd_prompt = network(_prompt)
+cmd_steer = network(_steer)
+cmd_end = network(_end)

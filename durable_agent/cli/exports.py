@@ -1,10 +1,13 @@
-"""Export references on the command line, and ``durable-agent exports``.
+"""Export references on the command line, and ``durable-agent verify | pack | exports``.
 
 An export is named by a file the filesystem sink wrote (a manifest, joined with
 its parts), a portable file (``durable-agent pack``), or ``pg:SESSION/RUN/TURN``:
 the export of that turn in a PostgreSQL sink of the worker's config (``--sink``,
 default its ``default_sink``), reached with the DSN in the variable the sink's
 ``dsn_env`` names, as the worker does.
+
+The commands' options are declared with the parser (``cli/commands.py``), which imports this
+module only when one of them (or ``resume``) runs.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from durable_agent.cli.common import err
+from durable_agent.cli.common import err, one_line
 from durable_agent.config import ConfigError, FilesystemSinkConfig, PostgresSinkConfig, load_config
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
@@ -91,6 +94,45 @@ def cmd_exports(args: argparse.Namespace) -> int:
         return 1
     for where, d in rows:
         print(f"{where}  turn {d.turn}  {d.size_bytes:,} bytes  {d.content_digest}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check export files the filesystem sink wrote: every digest, the schema and the contract."""
+    failed = 0
+    for name in args.files:
+        try:
+            export = read_export_ref(name, args.sink)
+            export.open()
+        except (OSError, ValueError) as exc:  # ExportError and pydantic's ValidationError are ValueErrors
+            failed += 1
+            print(f"FAILED {name}: {one_line(exc)}")
+            continue
+        d = export.descriptor
+        print(f"OK {name}: session {d.session_id} run {d.run_id} turn {d.turn} {d.content_digest}")
+    return 1 if failed else 0
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    """Write an export the filesystem sink holds (a manifest and its parts) as one portable file."""
+    from durable_agent.activities.sink_files import whole_document
+
+    try:
+        export = read_export_ref(args.file, args.sink)
+        export.open()
+    except (OSError, ValueError) as exc:  # ExportError and pydantic's ValidationError are ValueErrors
+        err(f"pack: {args.file}: {one_line(exc)}")
+        return 1
+    d = export.descriptor
+    out = Path(args.out) if args.out else Path(f"{d.run_id}-turn-{d.turn:06d}.json")
+    try:
+        out.write_bytes(whole_document(export))
+    except OSError as exc:
+        err(f"pack: cannot write {out}: {exc}")
+        return 1
+    print(
+        f"wrote {out}: session {d.session_id} run {d.run_id} turn {d.turn}, {d.size_bytes:,} bytes of content"
+    )
     return 0
 
 

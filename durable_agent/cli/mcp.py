@@ -95,12 +95,3 @@ def cmd_mcp_list(args: argparse.Namespace) -> int:
             print(f"  {tool['name']:<{width}}  {tool['permission']}")
     sys.stdout.flush()
     return 0 if all(s["available"] for s in servers) else 1
-
-
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``mcp list`` on the CLI's subparsers."""
-    mcp = sub.add_parser("mcp", help="the MCP servers of the config (AGENT_CONFIG)")
-    actions = mcp.add_subparsers(dest="mcp_command", metavar="ACTION", required=True)
-    listed = actions.add_parser("list", help="the servers, their tools, and whether each is allowed")
-    listed.add_argument("--json", action="store_true", help="as JSON")
-    listed.set_defaults(func=cmd_mcp_list)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -14,12 +15,15 @@ from durable_agent.core.models import (
     EndEvent,
     ErrorEvent,
     EventRecord,
+    FinalResultEvent,
+    HookRunEvent,
     LiveText,
     PermissionDeniedEvent,
     PersistenceFailedEvent,
     RunStartEvent,
     TextDeltaEvent,
     ThinkingEvent,
+    TodoEvent,
     TokenUsage,
     ToolEndEvent,
     ToolStartEvent,
@@ -27,6 +31,7 @@ from durable_agent.core.models import (
     UserMessageEvent,
 )
 from durable_agent.core.run_api import AgentRunResult, Budget, RunStatusView
+from durable_agent.core.todo_list import checklist_lines, summary
 from durable_agent.core.tool_specs import BUILTIN_TOOLS
 
 DIGEST_HEX_SHOWN = 16
@@ -58,6 +63,21 @@ def main_argument(tool: str, arguments: dict[str, Any]) -> str:
 def _one_line(text: str, limit: int = 160) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def hook_line(event: HookRunEvent) -> str:
+    """One ``hook_run`` event as a line: ``⚑ hook pre_tool_use[0] bash blocked: reason``.
+
+    Args:
+        event: The event.
+
+    Returns:
+        The line, without its newline.
+    """
+    tool = f" {event.tool_name}" if event.tool_name else ""
+    said = {"continue": "ok", "block": "blocked", "error": "failed"}[event.decision]
+    why = f": {_one_line(event.reason)}" if event.reason else ""
+    return f"⚑ hook {event.event}[{event.hook}]{tool} {said}{why}"
 
 
 def budget_line(budget: Budget) -> str:
@@ -161,7 +181,12 @@ class EventPrinter:
         elif isinstance(event, ErrorEvent):
             self._line(f"! error: {event.message}")
         elif isinstance(event, UserMessageEvent):
-            label = {"follow_up": "prompt", "steer": "steer", "resume_prompt": "resume prompt"}[event.kind]
+            label = {
+                "follow_up": "prompt",
+                "steer": "steer",
+                "resume_prompt": "resume prompt",
+                "output_retry": "asked for final_result",
+            }[event.kind]
             self._line(f"» {label}: {_one_line(event.text)}")
         elif isinstance(event, BudgetExhaustedEvent):
             used = Budget(budget=event.budget, used=event.used, limit=event.limit)
@@ -169,6 +194,14 @@ class EventPrinter:
         elif isinstance(event, ToolsUnavailableEvent):
             left_out = f"{len(event.tools)} tools left out"
             self._line(f"! MCP server {event.server} unavailable this step ({event.reason}): {left_out}")
+        elif isinstance(event, HookRunEvent):
+            self._line(hook_line(event))
+        elif isinstance(event, TodoEvent):
+            self._line(f"☰ plan: {summary(event.todos)}")
+            for line in checklist_lines(event.todos):
+                self._line(f"  {line}")
+        elif isinstance(event, FinalResultEvent):
+            self._line(f"✓ final result: {_one_line(json.dumps(event.output, ensure_ascii=False))}")
         elif isinstance(event, EndEvent):
             self._line(f"■ run ended: {event.status}")
 
@@ -189,6 +222,10 @@ def print_result(result: AgentRunResult, out: TextIO | None = None) -> None:
     if result.text:
         w("  final text:\n")
         for line in result.text.splitlines():
+            w(f"    {line}\n")
+    if result.output is not None:
+        w("  output:\n")
+        for line in json.dumps(result.output, indent=2, ensure_ascii=False).splitlines():
             w(f"    {line}\n")
     w(f"  tool calls: {result.tool_calls_count}\n")
     w(f"  tokens: {usage_line(result.usage)}\n")
@@ -231,6 +268,11 @@ def print_status(view: RunStatusView, out: TextIO | None = None) -> None:
                 f"(step {pending.step}, arguments {pending.arguments_digest})",
             )
         )
+    if view.todos:
+        rows.append(("plan", summary(view.todos)))
+        rows += [("", line) for line in checklist_lines(view.todos)]
+    if view.output is not None:
+        rows.append(("output", json.dumps(view.output, ensure_ascii=False)))
     if view.error:
         rows.append(("error", view.error))
     width = max(len(name) for name, _ in rows)

@@ -19,6 +19,23 @@ Check = Callable[[S], Awaitable[None]]
 Factory = Callable[[], S | Awaitable[S]]
 
 
+def registry(checks: dict[str, Check[S]]) -> Callable[[Check[S]], Check[S]]:
+    """A decorator that adds each check it marks to ``checks``, by name, in the order defined.
+
+    Args:
+        checks: the checks of one kind of subject (``STORE_CHECKS``, ``SINK_CHECKS``).
+
+    Returns:
+        The decorator; it gives the check back unchanged.
+    """
+
+    def register(check: Check[S]) -> Check[S]:
+        checks[check.__name__] = check
+        return check
+
+    return register
+
+
 class CheckSkipped(Exception):
     """The check does not apply to this implementation (a sink without ``fetch``)."""
 

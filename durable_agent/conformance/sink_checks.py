@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from durable_agent.activities.sinks import ExportSink, FetchingSink, PartedSink, SinkError
-from durable_agent.conformance.checks import Check, CheckSkipped, Factory, fresh, run_checks
+from durable_agent.conformance.checks import Check, CheckSkipped, Factory, fresh, registry, run_checks
 from durable_agent.conformance.store_checks import header, rich_chain
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
 from durable_agent.core.export_parts import ExportEncoder, PartedExport, build_parted
@@ -77,6 +77,12 @@ async def gives_back(sink: ExportSink, export: SessionCheckpointExportV1, what: 
     assert fetched.open() == export.open(), f"{what}: the fetched export opens to another payload"
 
 
+#: Every check of a working sink, by name, in the order defined: ``await SINK_CHECKS[name](fresh_sink)``.
+SINK_CHECKS: dict[str, Check[ExportSink]] = {}
+_sink_check = registry(SINK_CHECKS)
+
+
+@_sink_check
 async def delivered_exports_come_back_whole(sink: ExportSink) -> None:
     """What ``fetch`` gives for a delivered export's descriptor is that export, byte for byte."""
     _fetcher(sink)
@@ -85,6 +91,7 @@ async def delivered_exports_come_back_whole(sink: ExportSink) -> None:
     await gives_back(sink, export, "after one delivery")
 
 
+@_sink_check
 async def a_repeated_delivery_is_harmless(sink: ExportSink) -> None:
     """Delivering an export again (the same digest, as an activity's retry does) is done, not an error."""
     export = sample_export(1)
@@ -96,6 +103,7 @@ async def a_repeated_delivery_is_harmless(sink: ExportSink) -> None:
         await gives_back(sink, export, "after three deliveries of one export")
 
 
+@_sink_check
 async def an_unknown_export_is_not_fetched(sink: ExportSink) -> None:
     """``fetch`` gives ``None`` for an export the sink was never given, also beside one it was."""
     fetch = _fetcher(sink)
@@ -108,6 +116,7 @@ async def an_unknown_export_is_not_fetched(sink: ExportSink) -> None:
     assert await fetch(forged) is None, "fetch gives something for a digest never delivered"
 
 
+@_sink_check
 async def exports_are_kept_apart(sink: ExportSink) -> None:
     """Exports of several turns, runs and sessions are each given back as delivered."""
     exports = [
@@ -126,6 +135,7 @@ async def exports_are_kept_apart(sink: ExportSink) -> None:
             await gives_back(sink, export, f"export of {d.session_id}/{d.run_id} turn {d.turn}")
 
 
+@_sink_check
 async def exports_delivered_as_parts_come_back_whole(sink: ExportSink) -> None:
     """A run's successive exports, delivered as parts (twice each), come back whole."""
     if not isinstance(sink, PartedSink):
@@ -139,19 +149,6 @@ async def exports_delivered_as_parts_come_back_whole(sink: ExportSink) -> None:
         whole = export.whole()
         assert whole == sample_export(turn), f"turn {turn}: the parts are not the export built whole"
         await gives_back(sink, whole, f"turn {turn}, delivered as parts")
-
-
-#: Every check of a working sink, by name: ``await SINK_CHECKS[name](fresh_sink)``.
-SINK_CHECKS: dict[str, Check[ExportSink]] = {
-    check.__name__: check
-    for check in (
-        delivered_exports_come_back_whole,
-        a_repeated_delivery_is_harmless,
-        an_unknown_export_is_not_fetched,
-        exports_are_kept_apart,
-        exports_delivered_as_parts_come_back_whole,
-    )
-}
 
 
 async def check_failing_sink(sink: ExportSink) -> None:

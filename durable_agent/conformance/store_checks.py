@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Sequence
 
 from durable_agent.activities.store.session_store import SessionStore
-from durable_agent.conformance.checks import Check, Factory, run_checks
+from durable_agent.conformance.checks import Check, Factory, registry, run_checks
 from durable_agent.core.export import CapabilityBinding, RunRecord
 from durable_agent.core.models import (
     ErrorEvent,
@@ -144,7 +144,12 @@ async def holds(store: SessionStore, entries: Sequence[LogEntry], what: str, run
 
 # --- the checks -------------------------------------------------------------------------
 
+#: Every store check, by name, in the order defined: ``await STORE_CHECKS[name](fresh_store)``.
+STORE_CHECKS: dict[str, Check[SessionStore]] = {}
+_store_check = registry(STORE_CHECKS)
 
+
+@_store_check
 async def appends_follow_the_chain(store: SessionStore) -> None:
     """Entries appended one or several at a time come back equal, in order, with the newest as head."""
     v1, v2, v3 = rich_chain()
@@ -156,6 +161,7 @@ async def appends_follow_the_chain(store: SessionStore) -> None:
     assert log.ref == v3.ref(RUN), "the stored entries do not fold to the digest they were appended with"
 
 
+@_store_check
 async def an_append_out_of_order_is_refused(store: SessionStore) -> None:
     """An entry that does not follow the stored one is refused with ``StateMissing`` and not stored."""
     v1, v2, v3 = chain(["m1", "m2", "m3"])
@@ -178,6 +184,7 @@ async def an_append_out_of_order_is_refused(store: SessionStore) -> None:
     await holds(store, [v1, v2, v3], "after refusing entries that do not follow")
 
 
+@_store_check
 async def a_repeated_append_is_harmless(store: SessionStore) -> None:
     """An activity's retry appends what is already stored again: nothing changes, nothing fails."""
     v1, v2, v3 = chain(["m1", "m2", "m3"])
@@ -187,6 +194,7 @@ async def a_repeated_append_is_harmless(store: SessionStore) -> None:
         await holds(store, [v1, v2, v3], f"after appending versions {[e.version for e in again]} again")
 
 
+@_store_check
 async def a_rewritten_version_replaces_and_drops_later_entries(store: SessionStore) -> None:
     """An entry at a stored version replaces it and drops the entries after it (an abandoned branch)."""
     v1, v2, v3 = chain(["m1", "m2", "m3"])
@@ -201,6 +209,7 @@ async def a_rewritten_version_replaces_and_drops_later_entries(store: SessionSto
     await refused(store.append_log(RUN, chain(["old"], v2.ref(RUN))), b3.ref(RUN), "on the dropped version 2")
 
 
+@_store_check
 async def a_replace_entry_is_taken_at_any_version(store: SessionStore) -> None:
     """An entry with ``delta.replace`` is a whole state: stored past a gap, below the head, or first."""
     whole = LogDelta(replace=True, messages=(message("whole"),))
@@ -221,6 +230,7 @@ async def a_replace_entry_is_taken_at_any_version(store: SessionStore) -> None:
     await holds(store, [v1, low], "after a replace at version 2")
 
 
+@_store_check
 async def read_log_gives_the_asked_range(store: SessionStore) -> None:
     """``read_log(run, after, upto)`` gives ``after < version <= upto``; nothing for another run."""
     v1, v2, v3 = chain(["m1", "m2", "m3"])
@@ -239,6 +249,7 @@ async def read_log_gives_the_asked_range(store: SessionStore) -> None:
     assert await store.log_head(OTHER_RUN) is None, "log_head of another run should be None"
 
 
+@_store_check
 async def headers_are_kept_by_run(store: SessionStore) -> None:
     """``load_header`` gives back the header saved for that run, ``None`` for another."""
     assert await store.load_header(RUN) is None, "load_header of an unknown run should be None"
@@ -250,6 +261,7 @@ async def headers_are_kept_by_run(store: SessionStore) -> None:
     assert await store.load_header("conformance-no-such-run") is None, "a header for a run never saved"
 
 
+@_store_check
 async def staged_texts_are_kept_by_run_and_digest(store: SessionStore) -> None:
     """A staged text comes back whole by its digest, for its run only."""
     text = 'ä ☃ output\r\n\ttabbed \\ "quoted" ' * 200
@@ -265,6 +277,7 @@ async def staged_texts_are_kept_by_run_and_digest(store: SessionStore) -> None:
     assert await store.staged_text(RUN, digest) == text, "staging a second text lost the first"
 
 
+@_store_check
 async def run_records_are_listed_by_session(store: SessionStore) -> None:
     """A session's records come back whole, by creation time then run id; a repeat save replaces."""
     assert await store.load_run_records(SESSION) == [], "an unknown session should have no records"
@@ -282,6 +295,7 @@ async def run_records_are_listed_by_session(store: SessionStore) -> None:
     assert other == [record("r-x", 5, session_id="conformance-session-2")], "records of sessions are mixed"
 
 
+@_store_check
 async def drop_run_forgets_the_run_but_keeps_its_record(store: SessionStore) -> None:
     """``drop_run`` forgets the run's header, log and staged texts, keeps its record and other runs."""
     text = "big output " * 300
@@ -307,6 +321,7 @@ async def drop_run_forgets_the_run_but_keeps_its_record(store: SessionStore) -> 
     await holds(store, fresh, "a dropped run's log started again")
 
 
+@_store_check
 async def runs_keep_separate_logs(store: SessionStore) -> None:
     """Two runs with entries of the same digests keep their own logs."""
     mine, theirs = chain(["m1", "m2", "m3"]), chain(["m1", "m2"], run_id=OTHER_RUN)
@@ -316,25 +331,6 @@ async def runs_keep_separate_logs(store: SessionStore) -> None:
     await store.append_log(OTHER_RUN, [branch])
     await holds(store, mine, "a run's log after another run branched")
     await holds(store, [theirs[0], branch], "the other run's log", OTHER_RUN)
-
-
-#: Every store check, by name: ``await STORE_CHECKS[name](fresh_store)``.
-STORE_CHECKS: dict[str, Check[SessionStore]] = {
-    check.__name__: check
-    for check in (
-        appends_follow_the_chain,
-        an_append_out_of_order_is_refused,
-        a_repeated_append_is_harmless,
-        a_rewritten_version_replaces_and_drops_later_entries,
-        a_replace_entry_is_taken_at_any_version,
-        read_log_gives_the_asked_range,
-        headers_are_kept_by_run,
-        staged_texts_are_kept_by_run_and_digest,
-        run_records_are_listed_by_session,
-        drop_run_forgets_the_run_but_keeps_its_record,
-        runs_keep_separate_logs,
-    )
-}
 
 
 async def check_store(make_store: Factory[SessionStore]) -> None:

@@ -11,4 +11,8 @@ the run's plan (``plan``), the workflow's and activities' inputs and outputs (``
 ``surrogates``), the failure types a workflow or a client reads (``failures``), the root of
 the errors a host sees (``errors``), and the shapes from before linear history (``legacy``).
 ``tests/test_layers.py`` keeps it pure.
+
+Internal: the public API is ``durable_agent.__all__`` (import its names from ``durable_agent``);
+this package may change between releases, but for the models of the export format and of the
+run's contract, versioned by their schema.
 """

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from durable_agent.core.context import ContextLedger
 from durable_agent.core.export import CapabilityBinding, ExportDescriptor, ResumedFrom, RunRecord, RunStatus
+from durable_agent.core.hooks import HookDocument, HookEventName, HookInput, HookOutcome, HookRef
 from durable_agent.core.models import (
     EventRecord,
     Frozen,
@@ -349,6 +350,49 @@ REQUEST_CANCEL = ActivityDecl[RequestCancelInput, None](
     None,
     lambda _: ActivityOptions(start_to_close_seconds=10, maximum_attempts=5),
 )
+# A hook's time limit, and the margin its activity keeps above it: to start the sandbox, stop
+# the command at its limit and report, rather than time out and run it again.
+HOOK_MARGIN_SECONDS = 15.0
+HOOK = ActivityDecl[HookInput, HookOutcome](
+    "agent.hook",
+    HookInput,
+    HookOutcome,
+    lambda t: ActivityOptions(
+        start_to_close_seconds=t.hook_seconds + HOOK_MARGIN_SECONDS,
+        maximum_attempts=t.hook_max_attempts,
+        heartbeat_seconds=t.heartbeat_seconds,
+    ),
+)
+
+
+def hook_call(
+    plan: RunPlan, ref: HookRef, event: HookEventName, document: HookDocument
+) -> tuple[HookInput, Timeouts]:
+    """What the workflow runs ``HOOK`` with for one hook: its input, and the timeouts that give
+    its activity the hook's own time limit.
+
+    Args:
+        plan: The run's plan.
+        ref: The hook (one of ``hooks_for(plan.hooks, ...)``).
+        event: The moment it runs at.
+        document: What it reads on stdin (``hook_document``).
+
+    Returns:
+        ``HOOK``'s input, and the ``timeouts`` to run it under (``CallRunner.run``).
+    """
+    seconds = ref.hook.timeout_seconds or plan.timeouts.hook_seconds
+    inp = HookInput(
+        run_id=plan.run_id,
+        workspace=plan.workspace,
+        event=event,
+        index=ref.index,
+        hook=ref.hook,
+        document=document,
+        timeout_seconds=seconds,
+    )
+    return inp, plan.timeouts.model_copy(update={"hook_seconds": seconds})
+
+
 # Only runs started before linear history load their session (``durable_agent.core.legacy_shapes``).
 LOAD_SESSION = ActivityDecl[LoadSessionInput, SessionRuns](
     "agent.load_session", LoadSessionInput, SessionRuns, _checkpoint(lambda _: 3)
@@ -367,6 +411,7 @@ ACTIVITIES: tuple[ActivityDecl[Any, Any], ...] = (
     FINISH_RUN,
     LOAD_SESSION,
     REQUEST_CANCEL,
+    HOOK,
 )
 
 

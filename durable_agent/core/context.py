@@ -332,7 +332,7 @@ class CallGist(Frozen):
 
 class ContextLedger(Frozen):
     """The estimate of every message and tool result of the run's transcript, the view, and
-    the last request's report. Kept by ``LoopState``, carried through continue-as-new, and
+    the last request's report. Kept by the run's ``RunJournal``, carried through continue-as-new, and
     built from an export's messages for a run resumed from it."""
 
     messages: tuple[MessageSize, ...] = ()

@@ -11,13 +11,21 @@ import base64
 import json
 from typing import Any, Final, Literal
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from durable_agent.core.canonical import CanonicalJsonError, canonical_bytes, digest_of, sha256_digest
 from durable_agent.core.errors import DurableAgentError, validation_message
 from durable_agent.core.json_limits import DOCUMENT_MAX_DEPTH, JsonLimitError
 from durable_agent.core.json_limits import loads as bounded_loads
-from durable_agent.core.models import EventRecord, Frozen, ImageBlock, Message, TokenUsage, ToolEndEvent
+from durable_agent.core.models import (
+    EventRecord,
+    Frozen,
+    ImageBlock,
+    InstructionFile,
+    Message,
+    TokenUsage,
+    ToolEndEvent,
+)
 from durable_agent.core.permissions import PermissionPolicy
 
 EXPORT_SCHEMA: Final = "durable-agent.session-checkpoint-export.v1"
@@ -52,6 +60,34 @@ class CapabilityBinding(Frozen):
     catalog_digest: str
     tools: tuple[str, ...] = ()
     permissions: PermissionPolicy | None = None
+    # The project instruction files in the run's system prompt (the digest covers them). Left out
+    # of the JSON when there are none: the binding of a run without them keeps its bytes.
+    instruction_files: tuple[InstructionFile, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_empty_files(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.instruction_files:
+            data.pop("instruction_files", None)
+        return data
+
+
+def instruction_differences(checkpoint: CapabilityBinding, here: CapabilityBinding) -> list[str]:
+    """The project instruction files read for the checkpoint's run and not here, or with
+    other content; empty when the same files were read."""
+    was = {f.path: f.digest for f in checkpoint.instruction_files}
+    now = {f.path: f.digest for f in here.instruction_files}
+    out = []
+    gone = sorted(set(was) - set(now))
+    new = sorted(set(now) - set(was))
+    changed = sorted(p for p in set(was) & set(now) if was[p] != now[p])
+    if gone:
+        out.append(f"instruction files no longer read: {', '.join(gone)}")
+    if new:
+        out.append(f"instruction files read here only: {', '.join(new)}")
+    if changed:
+        out.append(f"instruction files changed since: {', '.join(changed)}")
+    return out
 
 
 def binding_differences(checkpoint: CapabilityBinding, here: CapabilityBinding) -> list[str]:
@@ -75,9 +111,10 @@ def binding_differences(checkpoint: CapabilityBinding, here: CapabilityBinding) 
             was, now = getattr(before, field), getattr(after, field)
             if was != now:
                 out.append(f"permissions.{field} was {was!r}, here {now!r}")
-    if not out:
+    instructions = instruction_differences(checkpoint, here)
+    if not out and not instructions:
         out.append("the tool definitions differ (same tools, other descriptions or schemas)")
-    return out
+    return out + instructions
 
 
 class ResumedFrom(Frozen):
@@ -222,13 +259,31 @@ def _parse(text: str, what: str) -> Any:
 
 
 class SessionCheckpointExportV1(Frozen):
-    """A portable checkpoint: a descriptor plus the canonical JSON content."""
+    """A portable checkpoint: a descriptor plus the canonical JSON content.
+
+    Attributes:
+        descriptor: What the export is (session, run, turn, size) and the digests that hold
+            its content to it.
+        content: The canonical JSON of the checkpoint's payload (its ``schema``, ``snapshot``
+            and ``logical_resume``).
+    """
 
     descriptor: ExportDescriptor
     content: str
 
     @classmethod
     def build(cls, payload: CheckpointPayload) -> SessionCheckpointExportV1:
+        """The export of ``payload``: its canonical JSON and the descriptor that digests it.
+
+        Args:
+            payload: The checkpoint's payload.
+
+        Returns:
+            The export, its descriptor's digests computed from the content.
+
+        Raises:
+            InvalidPayload: The payload breaks the contract's self-consistency.
+        """
         check_self_consistent(payload)
         logical = payload.logical_resume
         # The content is the canonical JSON of the payload; encoding its two parts once each
@@ -260,6 +315,17 @@ class SessionCheckpointExportV1(Frozen):
         return cls(descriptor=descriptor, content=content.decode("utf-8"))
 
     def open(self) -> CheckpointPayload:
+        """Check the export whole and give its payload (``open_export``).
+
+        Returns:
+            The payload the content holds, once every digest, the size, the canonical
+                encoding and the schema are checked.
+
+        Raises:
+            ExportError: The export does not hold together; a subclass says how
+                (``InvalidDescriptor``, ``ContentDrift``, ``EncodingError``,
+                ``InvalidPayload``). Never a partial result.
+        """
         return open_export(self)
 
 

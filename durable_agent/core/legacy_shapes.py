@@ -7,10 +7,10 @@ It holds, for the state side (the workflow's branch is ``workflows/legacy_start.
 * ``carried_whole``: a ``CarriedState`` without ``log`` (it carried ``messages`` and
   ``prior_runs`` whole), turned into today's shape for ``LoopState.restore``;
 * ``unbuilt_export``: what an export activity that returned ``None`` (no descriptor: the
-  export was not built from the log) counts as, for ``LoopState.record_export``.
+  export was not built from the log) counts as, for ``RunJournal.record_export``.
 
 Delete this module, with the branches that call into it (``LoopState.restore``'s
-``carried.log is None``, ``LoopState.record_export``'s ``None``, the activities' legacy
+``carried.log is None``, ``RunJournal.record_export``'s ``None``, the activities' legacy
 inputs) and the fields only they read (``CarriedState.messages``/``prior_runs``, the
 ``| None`` of ``EXPORT_CHECKPOINT``'s result), once no run started before linear history
 can be running or replayed: when ``tests/histories/agent_run_v1.json``,

@@ -218,12 +218,31 @@ class LiveText(Frozen):
 # --- events -----------------------------------------------------------------
 
 
+class InstructionFile(Frozen):
+    """A project instruction file a run's system prompt took in (``AGENTS.md``, ``CLAUDE.md``):
+    its path relative to the repository's root, the digest and size of what was taken."""
+
+    path: str
+    digest: str  # ``sha256:`` of the bytes taken in (the file's first bytes when it was cut)
+    bytes: int = Field(ge=0)
+
+
 class RunStartEvent(Frozen):
     type: Literal["run_start"] = "run_start"
     prompt: str
     model: str
     # "session/run at turn N, sha256:…" when the run resumes an exported checkpoint
     resumed_from: str | None = None
+    # The project instruction files in the run's system prompt. Left out of the JSON when there
+    # are none, so that the events of a run without them keep the bytes they had before.
+    instruction_files: tuple[InstructionFile, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_empty_files(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.instruction_files:
+            data.pop("instruction_files", None)
+        return data
 
 
 class TextDeltaEvent(Frozen):
@@ -373,12 +392,27 @@ class ModelUsageEvent(Frozen):
     view_version: int = 0
 
 
+# Who added a user message: a person (a follow-up, a steer, a resume's prompt), or the run itself
+# telling a model that answered with text to call ``final_result`` (``output_retry``).
+UserMessageKind = Literal["follow_up", "steer", "resume_prompt", "output_retry"]
+
+
 class UserMessageEvent(Frozen):
-    """A person added to the conversation: a follow-up, a steer, or a resume's prompt."""
+    """A user message added to the conversation: a follow-up, a steer, a resume's prompt, or the
+    run's request for a typed result (``output_retry``)."""
 
     type: Literal["user_message"] = "user_message"
-    kind: Literal["follow_up", "steer", "resume_prompt"]
+    kind: UserMessageKind
     text: str
+
+
+class FinalResultEvent(Frozen):
+    """A run with an output schema got its answer: the ``final_result`` call ``id`` validated, and
+    ``output`` (its arguments) is the run's output."""
+
+    type: Literal["final_result"] = "final_result"
+    id: str
+    output: dict[str, Any]
 
 
 class BudgetExhaustedEvent(Frozen):
@@ -398,6 +432,49 @@ class ToolsUnavailableEvent(Frozen):
     server: str
     tools: tuple[str, ...]
     reason: str
+
+
+# The moments a ``[hooks]`` command runs at (``durable_agent.core.hooks``).
+HookEventName = Literal["pre_tool_use", "post_tool_use", "user_prompt_submit", "stop"]
+
+
+class HookRunEvent(Frozen):
+    """A ``[hooks]`` command ran (``durable_agent.core.hooks``): what it decided and why.
+
+    ``decision``: "continue" (exit 0), "block" (exit 2: the call, prompt or stop is refused
+    with ``reason``, the hook's stderr) or "error" (any other exit, a timeout, a sandbox
+    that could not start: recorded, and the run goes on).
+    """
+
+    type: Literal["hook_run"] = "hook_run"
+    event: HookEventName
+    hook: int  # its position in the event's list in ``[hooks]`` (0-based)
+    command: str  # at most TOOL_OUTPUT_PREVIEW_CHARS characters of it
+    decision: Literal["continue", "block", "error"]
+    exit_code: int | None = None  # None: it did not exit by itself (a timeout) or never started
+    reason: str | None = None
+    tool_use_id: str | None = None  # the call, for the tool events
+    tool_name: str | None = None
+    duration_ms: int = 0
+
+
+# What a ``todo_write`` item says of its task (``durable_agent.core.todo_list``).
+TodoStatus = Literal["pending", "in_progress", "completed"]
+
+
+class TodoItem(Frozen):
+    """One task of the run's plan, as the model last wrote it."""
+
+    content: str
+    status: TodoStatus
+    id: str | None = None  # the model's own name for the task, if it gave one
+
+
+class TodoEvent(Frozen):
+    """The model wrote its plan (``todo_write``): the whole list, which replaces the one before."""
+
+    type: Literal["todo"] = "todo"
+    todos: tuple[TodoItem, ...]
 
 
 class ErrorEvent(Frozen):
@@ -431,7 +508,10 @@ AgentEvent = Annotated[
     | UserMessageEvent
     | BudgetExhaustedEvent
     | ToolsUnavailableEvent
-    | ThinkingEvent,
+    | ThinkingEvent
+    | HookRunEvent
+    | TodoEvent
+    | FinalResultEvent,
     Field(discriminator="type"),
 ]
 

@@ -8,6 +8,15 @@ case-insensitively, and ``*`` in a tool name matches any run of characters
 (``mcp__github__*`` is every tool of the MCP server ``github``). A rule without
 a pattern covers every call of the tools it names.
 
+``multi_edit`` and ``apply_patch`` change files as ``edit`` does, so the rules
+that name ``edit`` judge them as well as the rules that name them
+(``RULED_AS_EDIT``): ``edit(src/**)`` in ``allow`` allows a ``multi_edit`` of
+``src/a.py``, ``edit(.env)`` in ``deny`` denies an ``apply_patch`` touching
+``.env``, and ``deny multi_edit`` denies it whatever the ``edit`` rules say.
+``apply_patch`` touches every path its patch names: each is decided, and the
+strictest decision stands (``strictest``: a deny denies the call, else an ask
+asks).
+
 A ``bash`` line is parsed (``durable_agent.core.shell_judge``) into its simple
 commands, wherever they are: in lists and pipelines, subshells, ``$(…)``,
 backticks, process substitutions, function bodies, control structures, after a
@@ -52,6 +61,14 @@ spaces (``'git'  "status"`` is ``git status``).
   pattern is in force: then ask and the default decide, since the deny rule
   might have matched what went unseen.
 
+``web_fetch`` is judged by the host of its URL, as ``domain:HOST`` (lower
+case, no port): ``web_fetch(domain:docs.python.org)`` allows that host,
+``web_fetch(domain:*.python.org)`` its subdomains (not ``python.org``
+itself), a bare ``web_fetch`` every host. It is denied by default whatever
+``default`` says: only an allow or ask rule that names it (not a ``*`` in a
+tool name) lets a call run, so a run that does not mention it is never
+offered it. Deny rules apply as to any tool.
+
 Replays decide as the run first did: a run recorded before the two rules above
 takes their legacy decisions (``decide(legacy=True)``, ``workflows.shell_gate``).
 
@@ -74,6 +91,7 @@ decide what runs without a person; the sandbox is the boundary.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -96,14 +114,37 @@ class InvalidRule(DurableAgentError, ValueError):
     pass
 
 
+# Tools whose target is a web address's host, ``domain:HOST``: never allowed by ``default`` or by a
+# ``*`` in a rule's tool name, only by a rule that names them (see the module docstring).
+DOMAIN_TOOLS = frozenset({"web_fetch"})
+DOMAIN_PREFIX = "domain:"
+
+
+# Tools judged by the rules that name ``edit`` as well as by their own (see the module docstring).
+RULED_AS_EDIT = frozenset({"multi_edit", "apply_patch"})
+_STRICTNESS: tuple[Decision, ...] = ("allow", "ask", "deny")
+
+
+def strictest(decisions: Iterable[Decision]) -> Decision:
+    """The strictest of the decisions for the targets of one call: ``deny``, then ``ask``, then
+    ``allow`` (``allow`` when there are none)."""
+    return max(decisions, key=_STRICTNESS.index, default="allow")
+
+
 @dataclass(frozen=True)
 class Rule:
     tool: str  # lower-cased; ``*`` matches any run of characters
     pattern: str | None
 
     def names(self, tool: str) -> bool:
-        """Whether the rule is about ``tool`` (its name, or a name its ``*`` covers)."""
+        """Whether the rule is about ``tool`` (its name, or a name its ``*`` covers); a rule about
+        ``edit`` is about the tools in ``RULED_AS_EDIT`` too."""
         name = tool.lower()
+        if name in RULED_AS_EDIT and self._names("edit"):
+            return True
+        return self._names(name)
+
+    def _names(self, name: str) -> bool:
         if "*" not in self.tool:
             return name == self.tool
         return _tool_glob(self.tool).fullmatch(name) is not None
@@ -128,6 +169,11 @@ def parse_rule(text: str) -> Rule:
     if pattern is not None:
         if pattern == "":
             raise InvalidRule(f"invalid permission rule {text!r}: empty pattern")
+        if tool in DOMAIN_TOOLS and not pattern.startswith(DOMAIN_PREFIX):
+            raise InvalidRule(
+                f"invalid permission rule {text!r}: {tool} patterns are {DOMAIN_PREFIX}HOST "
+                f"(e.g. {tool}({DOMAIN_PREFIX}docs.python.org))"
+            )
         _compile(pattern)
     return Rule(tool, pattern)
 
@@ -236,6 +282,8 @@ class PermissionPolicy(Frozen):
         """
         if tool.lower() in COMMAND_TOOLS and target is not None:
             return self._decide_line(tool, target, judge(target), legacy=legacy)
+        if tool.lower() in DOMAIN_TOOLS:
+            return self._decide_domain(tool, target)
         for decision, rules in (("deny", self.deny), ("allow", self.allow), ("ask", self.ask)):
             if any(parse_rule(r).matches(tool, target) for r in rules):
                 return decision  # type: ignore[return-value]
@@ -278,6 +326,30 @@ class PermissionPolicy(Frozen):
             return "allow"
         return self._ask_or_default(ask, plain, line)
 
+    def _decide_domain(self, tool: str, target: str | None) -> Decision:
+        """A web address's host (``domain:HOST``): deny rules as for any tool, then only the allow
+        and ask rules that name the tool itself; none matching: ``deny``, whatever ``default``."""
+        name = tool.lower()
+
+        def matching(rules: tuple[str, ...], *, named: bool) -> bool:
+            for rule in map(parse_rule, rules):
+                if not rule.names(name) or (named and rule.tool != name):
+                    continue
+                if rule.pattern is None:
+                    return True
+                # hosts are lower case; so is a rule's host, however it was written
+                if target is not None and _compile(rule.pattern.lower()).fullmatch(target) is not None:
+                    return True
+            return False
+
+        if matching(self.deny, named=False):
+            return "deny"
+        if matching(self.allow, named=True):
+            return "allow"
+        if matching(self.ask, named=True):
+            return "ask"
+        return "deny"
+
     def _ask_or_default(self, ask: _Matcher, plain: list[str], line: str) -> Decision:
         if any(ask.matches(text) for text in plain or [line]):
             return "ask"
@@ -287,6 +359,9 @@ class PermissionPolicy(Frozen):
         """True when no call of ``tool`` could ever run, so it is not offered at all."""
         if any(parse_rule(r).pattern is None and parse_rule(r).names(tool) for r in self.deny):
             return True
+        if tool.lower() in DOMAIN_TOOLS:
+            # denied by default: offered only to a run whose allow or ask rules name it
+            return not any(parse_rule(r).tool == tool.lower() for r in (*self.allow, *self.ask))
         if self.default != "deny":
             return False
         return not any(parse_rule(r).names(tool) for r in (*self.allow, *self.ask))

@@ -6,11 +6,14 @@ Compatibility rule: fields may be added with defaults, never renamed or removed.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from durable_agent.core.context import ContextPolicy
 from durable_agent.core.export import CapabilityBinding, ResumedFrom
-from durable_agent.core.models import Frozen, ToolDefinition, ToolsUnavailable
+from durable_agent.core.hooks import HooksConfig
+from durable_agent.core.models import Frozen, InstructionFile, ToolDefinition, ToolsUnavailable
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.tool_specs import ToolOffer
 
@@ -45,6 +48,9 @@ class Timeouts(Frozen):
     tool_max_attempts: int = Field(3, ge=1)  # a worker lost mid-call; a tool error is not retried
     checkpoint_max_attempts: int = Field(5, ge=1)
     export_max_attempts: int = Field(5, ge=1)  # then the failure is recorded and the run goes on
+    # A ``[hooks]`` command's time limit when it sets none (its activity's: this and a margin).
+    hook_seconds: float = Field(60, gt=0, le=3600)
+    hook_max_attempts: int = Field(3, ge=1)  # a worker lost mid-hook; a hook's own failure is not retried
 
 
 class Limits(Frozen):
@@ -129,6 +135,17 @@ class RunPlan(Frozen):
     context: ContextPolicy | None = None
     # MCP servers left out of the run: their tools would pass ``limits.max_tool_catalog_bytes``
     tools_refused: tuple[ToolsUnavailable, ...] = ()
+    # The worker's ``[hooks]`` when the run started (``durable_agent.core.hooks``): a replay runs
+    # the hooks its run started with (a plan recorded before hooks has none).
+    hooks: HooksConfig = HooksConfig()
+    # The project instruction files ``system_prompt`` took in (``activities/instructions.py``);
+    # the run's ``run_start`` event and its capability binding name them too.
+    instruction_files: tuple[InstructionFile, ...] = ()
+    # Typed results (``durable_agent.core.output_schema``): the JSON Schema the run's answer must
+    # match (None: a text answer, what plans recorded before typed results replay as), and how many
+    # times the model may try again after an answer that does not.
+    output_schema: dict[str, Any] | None = None
+    max_output_retries: int = Field(3, ge=0)
 
     def definitions(self) -> list[ToolDefinition]:
         return [t.definition for t in self.tools]

@@ -7,9 +7,18 @@ field is never renamed or removed while histories that carry it may replay.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal, NewType
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from durable_agent.core.context import ContextLedger
 from durable_agent.core.export import (
@@ -31,10 +40,12 @@ from durable_agent.core.models import (
     EventRecord,
     Frozen,
     Message,
+    TodoItem,
     TokenUsage,
     ToolUseBlock,
     UserMessageEvent,
 )
+from durable_agent.core.output_schema import check_output_schema
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_log import ExportSeed, LogRef
@@ -61,6 +72,11 @@ AWAITING_PROMPT = "awaiting_prompt"
 
 FinalStatus = Literal["completed", "failed", "cancelled", "budget_exhausted"]
 
+# The most a run's ``instructions`` may be, as JSON: they join the system prompt, which the
+# run's header and its continue-as-new input carry beside the inputs ``Limits`` bounds (with the
+# project files, ``activities/instructions.py``, well within what ``INPUT_BUDGET_BYTES`` leaves).
+MAX_INSTRUCTIONS_BYTES = 65_536
+
 
 class RunSettings(BaseModel):
     """What a run asks of the worker: resolved against its config into the run's plan."""
@@ -82,6 +98,47 @@ class RunSettings(BaseModel):
     max_cost_usd: float | None = Field(
         None, gt=0, description="The run's cost budget, from the model's prices in the worker config."
     )
+    instructions: str | None = Field(
+        None,
+        min_length=1,
+        description="Text added to the end of the run's system prompt, for this run only (at most "
+        f"{MAX_INSTRUCTIONS_BYTES:,} bytes as JSON).",
+    )
+
+    output_schema: dict[str, Any] | None = Field(
+        None,
+        description="A JSON Schema (an object's) the run's answer must match: the model is offered a "
+        "`final_result` tool with it, and the run's `output` is the answer (docs/inputs.md).",
+    )
+    max_output_retries: int | None = Field(
+        None,
+        ge=0,
+        le=20,
+        description="With output_schema: how many times the model may try again after an answer "
+        "that is not a valid final result (default 3).",
+    )
+
+    @field_validator("output_schema")
+    @classmethod
+    def _output_schema_usable(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # refused with the run's input: a schema the run could not check answers with
+        return check_output_schema(value) if value is not None else None
+
+    @field_validator("instructions")
+    @classmethod
+    def _instructions_bounded(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.strip():
+            raise ValueError("instructions must not be blank")
+        # as JSON, as a prompt is measured: the system prompt travels in the run's payloads
+        size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if size > MAX_INSTRUCTIONS_BYTES:
+            raise ValueError(
+                f"instructions are {size} bytes as JSON, over {MAX_INSTRUCTIONS_BYTES}: put the text in "
+                "a file in the workspace and ask the model to read it"
+            )
+        return value
 
     @field_validator("model")
     @classmethod
@@ -144,8 +201,20 @@ class AgentRunInput(RunSettings):
         return self
 
     def resume_payload(self) -> CheckpointPayload | None:
-        """The opened export this run resumes from, if any (validated when the input was)."""
+        """The opened export this run resumes from, if any (validated when the input was).
+
+        Returns:
+            The payload of ``resume_from``, or ``None`` when the run resumes from no export
+                given by value.
+        """
         return open_export(self.resume_from) if self.resume_from is not None else None
+
+
+def without_none_output(data: dict[str, Any]) -> dict[str, Any]:
+    """A result's or a status's JSON without ``output`` when it is None (a run without a schema)."""
+    if data.get("output", 0) is None:
+        data.pop("output")
+    return data
 
 
 class ExportRef(Frozen):
@@ -269,9 +338,34 @@ class RunStatusView(Frozen):
     compactions: int = 0
     context_tokens: int = 0
     context_window: int = 0
+    todos: tuple[TodoItem, ...] = ()  # the plan the model wrote last with ``todo_write``
+    # a run with an output_schema: its answer once the model gave a valid one (left out when None)
+    output: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_no_output(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none_output(handler(self))
 
 
 class AgentRunResult(Frozen):
+    """What an ``AgentRun`` gives when it ends, however it ended (its ``result`` query too).
+
+    Attributes:
+        session_id: The run's session.
+        run_id: The run's id (the same across its executions when it continues as new).
+        status: ``completed``, ``failed``, ``cancelled`` or ``budget_exhausted``.
+        text: The model's final answer (empty when there is none).
+        error: Why the run did not complete, when it did not.
+        tool_calls_count: How many tool calls the run made.
+        usage: The run's token usage (its own, not a resumed export's).
+        exports: One entry per export delivered (its turn and content digest).
+        export_failures: The exports that failed, with their reasons.
+        persistence_failures: What the run could not save in the session store.
+        output: A run with an ``output_schema``: its answer, the arguments of the model's valid
+            ``final_result`` call (None when the run did not complete with one). Left out of the
+            JSON when None, so a run without a schema has the result it had before.
+    """
+
     session_id: str
     run_id: str
     status: FinalStatus
@@ -282,6 +376,11 @@ class AgentRunResult(Frozen):
     exports: tuple[ExportRef, ...]
     export_failures: tuple[ExportFailure, ...]
     persistence_failures: tuple[str, ...] = ()
+    output: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_no_output(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none_output(handler(self))
 
 
 class CarriedState(Frozen):
@@ -314,6 +413,7 @@ class CarriedState(Frozen):
     queued: tuple[UserMessageEvent, ...] = ()  # user messages waiting for the next model request
     run_usage: TokenUsage | None = None  # this run's own usage, for its budgets (None: ``usage``)
     context: ContextLedger | None = None  # the context ledger (None: context not managed)
+    todos: tuple[TodoItem, ...] = ()  # the plan the model wrote last (``todo_write``)
     # Carried whole by runs recorded before linear history; replayed, never written.
     messages: tuple[Message, ...] = ()
     prior_runs: tuple[RunRecord, ...] = ()

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Any, Literal
 
 import re2
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from durable_agent.core.patch_format import parse_patch, patch_paths
 
 # read: output of one call, and the longest line shown whole.
 READ_MAX_BYTES = 100_000
@@ -25,6 +28,10 @@ READ_MAX_LINE_CHARS = 2_000
 LS_MAX_ENTRIES = 1_000
 # edit: files larger than this are refused (they are read whole).
 EDIT_MAX_FILE_BYTES = 10 * 1024 * 1024
+# multi_edit: edits in one call. apply_patch: a patch's characters and the files it names.
+MULTI_EDIT_MAX_EDITS = 100
+PATCH_MAX_CHARS = 1_000_000
+PATCH_MAX_FILES = 100
 # glob and grep: entries a search visits before it stops, results shown.
 WALK_MAX_ENTRIES = 200_000
 GLOB_MAX_RESULTS = 500
@@ -46,6 +53,17 @@ BASH_DEFAULT_TIMEOUT = 120
 BASH_MAX_TIMEOUT = 600
 BASH_OUTPUT_HEAD_BYTES = 10_000
 BASH_OUTPUT_TAIL_BYTES = 20_000
+# web_fetch: redirects followed, the longest URL taken, and the defaults of ``[tools.web_fetch]``
+# (the worker's config). A page's text is shown ``READ_MAX_BYTES`` at a time, as ``read`` shows a file.
+WEB_FETCH_MAX_REDIRECTS = 5
+WEB_FETCH_MAX_URL_CHARS = 8_192
+WEB_FETCH_DEFAULT_MAX_BYTES = 5 * 1024 * 1024
+WEB_FETCH_DEFAULT_TIMEOUT = 30
+# todo_write: items in the list, the characters of one item's text and of its id. The newest list
+# travels in the run's state (and its continue-as-new input), so it stays small: at most ~60 KB.
+TODO_MAX_ITEMS = 100
+TODO_MAX_CONTENT_CHARS = 500
+TODO_MAX_ID_CHARS = 100
 
 
 class ToolArgs(BaseModel):
@@ -88,6 +106,73 @@ class EditArgs(ToolArgs):
         if self.old_string == self.new_string:
             raise ValueError("old_string and new_string are the same: the edit would change nothing")
         return self
+
+
+class StringEdit(ToolArgs):
+    """One replacement of ``multi_edit``, as ``edit`` takes it; ``old_string`` and ``new_string`` differ."""
+
+    old_string: str = Field(min_length=1, description="The exact text to replace, whitespace included.")
+    new_string: str = Field(description="The text to put in its place.")
+    replace_all: bool = Field(False, description="Replace every occurrence instead of exactly one.")
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> StringEdit:
+        if self.old_string == self.new_string:
+            raise ValueError("old_string and new_string are the same: the edit would change nothing")
+        return self
+
+
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its ``$defs`` written in where they are referred to: some providers
+    refuse ``$ref`` in tool schemas, and models read a flat schema more easily."""
+    defs = schema.pop("$defs", {})
+
+    def expand(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                # the model's docstring is for developers, as the tool's own (``ToolSpec.offer``)
+                found = {k: v for k, v in defs[ref.removeprefix("#/$defs/")].items() if k != "description"}
+                return expand(found)
+            return {key: expand(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [expand(value) for value in node]
+        return node
+
+    return expand(schema)  # type: ignore[no-any-return]
+
+
+class MultiEditArgs(ToolArgs):
+    """Arguments of ``multi_edit``: ``edit``'s replacements, several in one file."""
+
+    file_path: str = Field(min_length=1, description="Path of the file, relative to the workspace.")
+    edits: tuple[StringEdit, ...] = Field(
+        min_length=1,
+        max_length=MULTI_EDIT_MAX_EDITS,
+        description="The replacements, applied in order, each to the text the ones before left.",
+    )
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return _inlined(super().model_json_schema(*args, **kwargs))
+
+
+class ApplyPatchArgs(ToolArgs):
+    """Arguments of ``apply_patch``; ``patch`` must parse (``core.patch_format``)."""
+
+    patch: str = Field(
+        min_length=1,
+        max_length=PATCH_MAX_CHARS,
+        description="The patch, from '*** Begin Patch' to '*** End Patch'.",
+    )
+
+    @field_validator("patch")
+    @classmethod
+    def _parses(cls, value: str) -> str:
+        ops = parse_patch(value)
+        if len(patch_paths(ops)) > PATCH_MAX_FILES:
+            raise ValueError(f"the patch names more than {PATCH_MAX_FILES} files; split it")
+        return value
 
 
 class GlobArgs(ToolArgs):
@@ -199,3 +284,120 @@ class BashArgs(ToolArgs):
         le=BASH_MAX_TIMEOUT,
         description=f"Stop the command after this many seconds (at most {BASH_MAX_TIMEOUT}).",
     )
+
+
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(.*)", re.DOTALL)
+_IPV6_AUTHORITY = re.compile(r"\[([0-9A-Fa-f:.]+)\](?::([0-9]*))?")
+_NAME_AUTHORITY = re.compile(r"([^:\[\]]*)(?::([0-9]*))?")
+# A host name's characters (IDNA encodes the others); no ``%``, ``\\``, ``@``: nothing two URL
+# parsers could read as different hosts.
+_HOST_NAME = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
+
+
+def url_host(url: str) -> str:
+    """The host ``url`` names, as the permission rules see it (``domain:HOST``), or ``ValueError``.
+
+    Only ``http://`` and ``https://`` addresses, without credentials, white space or control
+    characters. The host is lower case, IDNA-encoded, without its port or a trailing dot; an
+    IPv6 address is given without brackets. Strict on purpose: the tool connects to the host
+    its HTTP library reads from the same text and refuses the call when the two differ.
+
+    Args:
+        url: the address the model gave.
+
+    Returns:
+        The host, e.g. ``docs.python.org``.
+    """
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise ValueError("the URL holds white space or control characters: percent-encode them")
+    m = _URL.fullmatch(url)
+    if m is None:
+        raise ValueError("not an absolute URL: give it as http://HOST/... or https://HOST/...")
+    scheme, authority = m.group(1).lower(), m.group(2)
+    if scheme not in ("http", "https"):
+        raise ValueError(f"only http:// and https:// URLs are fetched, not {scheme}://")
+    if "@" in authority:
+        raise ValueError("credentials in the URL (user@host) are not accepted")
+    if authority.startswith("["):
+        found = _IPV6_AUTHORITY.fullmatch(authority)
+    else:
+        found = _NAME_AUTHORITY.fullmatch(authority)
+    if found is None:
+        raise ValueError(f"the URL's host {authority!r} is not a host name or an IP address")
+    host, port = found.group(1).lower(), found.group(2)
+    if port and not (0 < int(port) <= 65535):
+        raise ValueError(f"the URL's port {port} is out of range")
+    if authority.startswith("["):
+        return host
+    host = host.removesuffix(".")
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise ValueError(f"the URL's host {host!r} is not a valid domain name") from None
+    if _HOST_NAME.fullmatch(host) is None:
+        raise ValueError(f"the URL's host {host!r} is not a host name or an IP address")
+    return host
+
+
+class WebFetchArgs(ToolArgs):
+    """Arguments of ``web_fetch``; ``url`` must pass ``url_host``."""
+
+    url: str = Field(
+        min_length=1,
+        max_length=WEB_FETCH_MAX_URL_CHARS,
+        description="The http:// or https:// URL to fetch (GET).",
+    )
+    offset: int = Field(
+        0, ge=0, description="First character of the page's text to show, to read on after a cut."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _fetchable(cls, value: str) -> str:
+        url_host(value)
+        return value
+
+
+class TodoEntry(ToolArgs):
+    """One item of ``todo_write``'s list."""
+
+    content: str = Field(
+        min_length=1, max_length=TODO_MAX_CONTENT_CHARS, description="What the task is, in a short sentence."
+    )
+    status: Literal["pending", "in_progress", "completed"] = Field(
+        description="pending (not started), in_progress (being worked on) or completed."
+    )
+    id: str | None = Field(
+        None, min_length=1, max_length=TODO_MAX_ID_CHARS, description="A short name for the task (optional)."
+    )
+
+    @field_validator("content")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("content must not be blank")
+        return value
+
+
+class TodoWriteArgs(ToolArgs):
+    """Arguments of ``todo_write``: the whole list, which replaces the one before."""
+
+    todos: tuple[TodoEntry, ...] = Field(
+        max_length=TODO_MAX_ITEMS,
+        description="The whole list, in order: every task, not only the ones that changed. An empty "
+        "list clears it.",
+    )
+
+    @field_validator("todos")
+    @classmethod
+    def _ids_unique(cls, value: tuple[TodoEntry, ...]) -> tuple[TodoEntry, ...]:
+        ids = [entry.id for entry in value if entry.id is not None]
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        if repeated:
+            raise ValueError(f"each id names one task; repeated: {', '.join(repeated)}")
+        return value
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return _inlined(super().model_json_schema(*args, **kwargs))

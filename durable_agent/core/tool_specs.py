@@ -18,25 +18,43 @@ worker crash. What a repeat of each built-in tool does:
   the edit twice, even when ``new_string`` contains ``old_string``. The one
   exception is a repeated deletion (empty ``new_string``): it fails as "not
   found", since nothing in the file shows the deletion was done.
+- ``multi_edit`` writes the file once, with every edit or none. When every
+  edit is in place (its ``old_string`` gone outside what the edits put in,
+  and what it put in, as the later edits left it, present), the set is
+  reported as already applied and nothing changes; otherwise each edit
+  follows ``edit``'s rule, so one already in place is skipped and said so.
+- ``apply_patch`` computes every file's change first, then writes them one
+  by one (each atomically: added and updated files, then deletions), so a
+  crash may leave some files changed. A repeat finds those changes in place
+  and applies only the rest: an added file that has the patch's content, an
+  update whose new lines are found (and its old ones are not, apart from
+  inside the new), a deleted file that is missing and a moved file found at
+  its destination count as done. When all are, the patch is reported as
+  already applied and nothing changes.
+- ``web_fetch`` fetches the page again (GET only).
 - ``bash`` runs the command again. Commands that are not safe to repeat
   should be asked for (``ask``) or kept out of the ``allow`` rules.
+- ``todo_write`` runs in no activity: the workflow answers it itself
+  (``in_workflow``, ``durable_agent.core.todo_list``), once, as part of the
+  run's deterministic history.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import ConfigDict, ValidationError
+from pydantic import ConfigDict, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from durable_agent.core.canonical import digest_of
 from durable_agent.core.errors import DurableAgentError, validation_message
 from durable_agent.core.export import CapabilityBinding
-from durable_agent.core.models import Frozen, ToolDefinition
-from durable_agent.core.permissions import PermissionPolicy
+from durable_agent.core.models import Frozen, InstructionFile, ToolDefinition
+from durable_agent.core.patch_format import PatchError, parse_patch, patch_paths
+from durable_agent.core.permissions import DOMAIN_PREFIX, DOMAIN_TOOLS, PermissionPolicy
 from durable_agent.core.tool_args import (
     BASH_DEFAULT_TIMEOUT,
     BASH_MAX_TIMEOUT,
@@ -47,16 +65,26 @@ from durable_agent.core.tool_args import (
     GREP_MAX_LINE_CHARS,
     GREP_MAX_MATCHES,
     LS_MAX_ENTRIES,
+    MULTI_EDIT_MAX_EDITS,
+    PATCH_MAX_FILES,
     READ_MAX_BYTES,
     READ_MAX_LINE_CHARS,
+    TODO_MAX_CONTENT_CHARS,
+    TODO_MAX_ITEMS,
+    WEB_FETCH_MAX_REDIRECTS,
+    ApplyPatchArgs,
     BashArgs,
     EditArgs,
     GlobArgs,
     GrepArgs,
     LsArgs,
+    MultiEditArgs,
     ReadArgs,
+    TodoWriteArgs,
     ToolArgs,
+    WebFetchArgs,
     WriteArgs,
+    url_host,
 )
 
 # The generation of the built-in catalog as shipped (``catalog_generation``).
@@ -89,6 +117,9 @@ class ToolSpec:
     target_arg: str | None
     # Whether that argument is a path, normalised before matching (a command or a regex is not).
     target_is_path: bool = True
+    # What the target argument holds: the one target (``value``), or a patch in the apply_patch
+    # format whose every path is a target, each judged (``patch``; see ``permission_targets``).
+    targets_from: TargetsFrom = "value"
     # Whether running a call twice is harmless. A tool that is not (bash) is not retried after an
     # unexpected error of ours; a worker crash still runs the call again (Temporal: at least once).
     repeatable: bool = True
@@ -96,9 +127,23 @@ class ToolSpec:
     # whose ``args`` is ``JsonArgs``: offered as it is, and checked only for its shape here
     # (the program checks the rest).
     schema: dict[str, Any] | None = None
+    # Answered by the workflow itself, without an activity (``todo_write``): it changes nothing
+    # outside the run, and only the deny rules apply to it (``in_workflow_policy``).
+    in_workflow: bool = False
+    # Whether a call only reads (changes nothing anywhere): the calls of one answer to such
+    # tools may run together (``ToolOffer.parallel``).
+    read_only: bool = False
 
-    def offer(self) -> ToolOffer:
-        """The tool as the workflow offers it to the model."""
+    def offer(self, *, parallel: bool | None = None) -> ToolOffer:
+        """The tool as the workflow offers it to the model.
+
+        Args:
+            parallel: whether its calls may run together with the answer's other such calls
+                (default: whether the tool only reads).
+
+        Returns:
+            The offer.
+        """
         if self.schema is not None:
             schema = dict(self.schema)
         else:
@@ -108,8 +153,16 @@ class ToolSpec:
             schema.pop("description", None)
         definition = ToolDefinition(name=self.name, description=self.description, input_schema=schema)
         return ToolOffer(
-            definition=definition, target_arg=self.target_arg, target_is_path=self.target_is_path
+            definition=definition,
+            target_arg=self.target_arg,
+            target_is_path=self.target_is_path,
+            targets_from=self.targets_from,
+            in_workflow=self.in_workflow,
+            parallel=self.read_only if parallel is None else parallel,
         )
+
+
+TargetsFrom = Literal["value", "patch"]
 
 
 class ToolOffer(Frozen):
@@ -119,6 +172,70 @@ class ToolOffer(Frozen):
     target_arg: str | None = None
     # Defaults to True so plans recorded before the field existed replay as they ran.
     target_is_path: bool = True
+    # See ``ToolSpec.targets_from``; left out of the JSON for ``value``, so a plan keeps its bytes.
+    targets_from: TargetsFrom = "value"
+    # See ``ToolSpec.in_workflow``; left out of the JSON when False. The workflow answers a call
+    # itself only where the run's plan says so, so a run whose plan never did (recorded before
+    # ``todo_write``, or a host's own tool of that name) replays as it ran.
+    in_workflow: bool = False
+    # Whether its calls may run together with the other such calls of one answer (a tool that
+    # only reads, or one the worker's ``[tools] parallel`` names; ``workflows/call_batch.py``).
+    # False in plans made before the field existed, so their runs replay one call at a time;
+    # left out of the JSON when False.
+    parallel: bool = False
+
+    @model_serializer(mode="wrap")
+    def _without_default_targets(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.targets_from == "value":
+            data.pop("targets_from", None)
+        if not self.in_workflow:
+            data.pop("in_workflow", None)
+        if not self.parallel:
+            data.pop("parallel", None)
+        return data
+
+
+def permission_targets(
+    offer: ToolOffer, arguments: dict[str, Any], workspace: str | None = None
+) -> tuple[str | None, ...]:
+    """Everything the call touches, as the rules see it: each is decided, the strictest wins.
+
+    For most tools the one ``permission_target``. For a tool whose target
+    argument is a patch (``targets_from == "patch"``), every path the patch
+    names, a move's destination included, each normalised as ``permission_target``
+    normalises a path; a patch that does not parse is a ``ToolCallError`` naming the line.
+
+    Args:
+        offer: the tool as offered.
+        arguments: the call's arguments.
+        workspace: the run's workspace (an absolute path inside it is made relative).
+
+    Returns:
+        The targets, at least one (``None`` for a tool without a target).
+    """
+    if offer.targets_from == "value" or offer.target_arg is None:
+        return (permission_target(offer, arguments, workspace),)
+    value = arguments.get(offer.target_arg)
+    if not isinstance(value, str) or not value:
+        raise ToolCallError(
+            f"invalid arguments for {offer.definition.name!r}: {offer.target_arg} must be a non-empty string"
+        )
+    try:
+        paths = patch_paths(parse_patch(value))
+    except PatchError as exc:
+        raise ToolCallError(f"invalid arguments for {offer.definition.name!r}: {exc}") from None
+    return tuple(dict.fromkeys(_normal_path(path, workspace) for path in paths))
+
+
+def _normal_path(value: str, workspace: str | None) -> str:
+    """A path as the rules see it: normalised, and relative when absolute inside ``workspace``."""
+    path = posixpath.normpath(value)
+    if path.startswith("/") and workspace:
+        root = posixpath.normpath(workspace)
+        if path == root or path.startswith(root.rstrip("/") + "/"):
+            return posixpath.relpath(path, root)
+    return path
 
 
 def permission_target(
@@ -129,10 +246,14 @@ def permission_target(
     A path is normalised, and an absolute one inside ``workspace`` is made
     relative to it, so ``edit(src/**)`` covers ``/repo/src/a.py`` as it covers
     ``src/a.py``. (Lexically: links are the tools' business, which refuse
-    anything that resolves outside.)
+    anything that resolves outside.) A URL (``web_fetch``) is its host,
+    ``domain:HOST`` (``tool_args.url_host``).
     """
     if offer.target_arg is None:
         return None
+    if offer.targets_from != "value":
+        # fail closed: one target cannot stand for several (``permission_targets`` gives each)
+        raise ToolCallError(f"{offer.definition.name!r} touches several paths; each must be judged")
     value = arguments.get(offer.target_arg)
     if value is None:
         field = offer.definition.input_schema.get("properties", {}).get(offer.target_arg, {})
@@ -141,6 +262,11 @@ def permission_target(
         raise ToolCallError(
             f"invalid arguments for {offer.definition.name!r}: {offer.target_arg} must be a non-empty string"
         )
+    if offer.definition.name.lower() in DOMAIN_TOOLS:
+        try:
+            return DOMAIN_PREFIX + url_host(value)
+        except ValueError as exc:
+            raise ToolCallError(f"invalid arguments for {offer.definition.name!r}: url: {exc}") from None
     if not offer.target_is_path:
         return value
     path = posixpath.normpath(value)
@@ -164,6 +290,7 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
             f"file is reported, not shown. {_REPEAT_READS}",
             ReadArgs,
             "file_path",
+            read_only=True,
         ),
         ToolSpec(
             "ls",
@@ -171,6 +298,7 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
             f"(at most {LS_MAX_ENTRIES} entries). {_REPEAT_READS}",
             LsArgs,
             "path",
+            read_only=True,
         ),
         ToolSpec(
             "write",
@@ -192,6 +320,41 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
             "file_path",
         ),
         ToolSpec(
+            "multi_edit",
+            "Make several replacements in one file in the workspace, in one step: each of `edits` is "
+            "an `old_string`, a `new_string` and `replace_all`, as `edit` takes them, applied in order "
+            "to the text the ones before left. Each must match as `edit` requires; if one fails, "
+            f"nothing is written and the error names it. At most {MULTI_EDIT_MAX_EDITS} edits. When "
+            "every edit is already in place, the set is reported as already applied and nothing "
+            "changes.",
+            MultiEditArgs,
+            "file_path",
+        ),
+        ToolSpec(
+            "apply_patch",
+            "Add, change, move and delete files in the workspace with one patch in this format:\n"
+            "*** Begin Patch\n"
+            "*** Add File: path/new.py\n"
+            "+each line of the new file, after a '+'\n"
+            "*** Update File: path/old.py\n"
+            "*** Move to: path/renamed.py   (optional)\n"
+            "@@ def the_function():   (optional: a line above the change, to find the place)\n"
+            " a context line (a space, then the line as it is)\n"
+            "-a line to remove\n"
+            "+a line to add\n"
+            "*** Delete File: path/obsolete.py\n"
+            "*** End Patch\n"
+            "Give about 3 lines of context above and below each change, and start each further "
+            "change in a file with '@@'. Paths are relative to the workspace. Context is matched "
+            "exactly, then ignoring trailing whitespace, then ignoring surrounding whitespace. Every "
+            "file's change is worked out before any is written: if one cannot be, nothing is written "
+            f"and the error says why. At most {PATCH_MAX_FILES} files. Changes already in place are "
+            "reported as such and not made again.",
+            ApplyPatchArgs,
+            "patch",
+            targets_from="patch",
+        ),
+        ToolSpec(
             "glob",
             "Find files and folders in the workspace whose path matches a glob: `*` and `?` stay "
             "within one folder, `**` spans folders, `[abc]` and `{a,b}` work. Paths are relative to "
@@ -199,6 +362,7 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
             f"folders are not searched, nor links leading out of the workspace. {_REPEAT_READS}",
             GlobArgs,
             "pattern",
+            read_only=True,
         ),
         ToolSpec(
             "grep",
@@ -211,6 +375,7 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
             GrepArgs,
             "pattern",
             target_is_path=False,
+            read_only=True,
         ),
         ToolSpec(
             "bash",
@@ -225,6 +390,36 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
             "command",
             target_is_path=False,
             repeatable=False,
+        ),
+        ToolSpec(
+            "web_fetch",
+            "Fetch a web page with GET. An HTML page is turned into markdown (links made absolute, "
+            "scripts and styles left out); text and JSON are returned as they are; other content "
+            "(images, PDFs, archives) is refused. Redirects are followed (at most "
+            f"{WEB_FETCH_MAX_REDIRECTS}), each to a host the run's rules allow; private and "
+            "loopback addresses are refused. The result starts with the final URL, the status and "
+            f"the content type; the text shown stops at {READ_MAX_BYTES} bytes, with a note giving "
+            "the `offset` to read on. A page larger than the worker's limit is cut. An HTTP error "
+            f"status is a tool error. {_REPEAT_READS}",
+            WebFetchArgs,
+            "url",
+            target_is_path=False,
+            read_only=True,
+        ),
+        ToolSpec(
+            "todo_write",
+            "Keep a plan of the task as a checklist the person watching the run sees. Give the whole "
+            "list each time (it replaces the one before): every task with its `content` and "
+            "`status` (`pending`, `in_progress` or `completed`). Use it for work of several steps: "
+            "write the plan first, mark a task `in_progress` when you start it (one at a time) and "
+            "`completed` as soon as it is done, and add tasks you discover. At most "
+            f"{TODO_MAX_ITEMS} tasks of {TODO_MAX_CONTENT_CHARS} characters. It changes no files.",
+            TodoWriteArgs,
+            None,
+            in_workflow=True,
+            # it changes nothing outside the run, and the workflow answers a step's calls of it in
+            # their order whatever runs beside them: safe to batch with the reads
+            read_only=True,
         ),
     )
 }
@@ -266,9 +461,21 @@ def validate_args(spec: ToolSpec, arguments: dict[str, Any]) -> ToolArgs:
         raise ToolCallError(f"invalid arguments for {name!r}: {validation_message(exc)}") from None
 
 
+def in_workflow_policy(policy: PermissionPolicy) -> PermissionPolicy:
+    """The rules as they apply to a tool the workflow answers itself (``ToolSpec.in_workflow``):
+    its deny rules only. Such a tool touches nothing outside the run, so it is allowed whatever
+    ``default`` and the ask rules say; a deny rule naming it (``todo_write``, ``*``) turns it off."""
+    return PermissionPolicy(deny=policy.deny, default="allow")
+
+
 def offered_tools(specs: Iterable[ToolSpec], policy: PermissionPolicy) -> list[ToolSpec]:
     """The tools the model is shown: every tool not denied outright, by name."""
-    return sorted((s for s in specs if not policy.denies_outright(s.name)), key=lambda s: s.name)
+
+    def denied(spec: ToolSpec) -> bool:
+        rules = in_workflow_policy(policy) if spec.in_workflow else policy
+        return rules.denies_outright(spec.name)
+
+    return sorted((s for s in specs if not denied(s)), key=lambda s: s.name)
 
 
 def catalog_generation(definitions: Iterable[ToolDefinition]) -> int:
@@ -283,18 +490,36 @@ def catalog_generation(definitions: Iterable[ToolDefinition]) -> int:
     return int(digest[:8], 16) or 1
 
 
-def capability_binding(definitions: Iterable[ToolDefinition], policy: PermissionPolicy) -> CapabilityBinding:
-    """Pin the offered tools and the rules in force, per the checkpoint contract."""
+def capability_binding(
+    definitions: Iterable[ToolDefinition],
+    policy: PermissionPolicy,
+    instruction_files: Sequence[InstructionFile] = (),
+) -> CapabilityBinding:
+    """Pin the offered tools, the rules in force and the project instruction files read, per
+    the checkpoint contract.
+
+    Args:
+        definitions: The tools offered to the model.
+        policy: The run's permission rules.
+        instruction_files: The project instruction files in the run's system prompt.
+
+    Returns:
+        The binding; its digest covers the instruction files only when there are some, so a
+        run without them has the binding (and digest) it had before they were read.
+    """
     ordered = sorted(definitions, key=lambda d: d.name)
-    catalog = {
+    catalog: dict[str, Any] = {
         "tools": [d.model_dump(mode="json") for d in ordered],
         "permissions": policy.model_dump(mode="json"),
     }
+    if instruction_files:
+        catalog["instruction_files"] = [f.model_dump(mode="json") for f in instruction_files]
     return CapabilityBinding(
         catalog_generation=catalog_generation(ordered),
         catalog_digest=digest_of(catalog),
         tools=tuple(d.name for d in ordered),
         permissions=policy,
+        instruction_files=tuple(instruction_files),
     )
 
 
@@ -308,16 +533,20 @@ __all__ = [
     "JsonArgs",
     "LsArgs",
     "ReadArgs",
+    "TodoWriteArgs",
     "ToolArgs",
     "ToolCallError",
     "ToolOffer",
     "ToolSpec",
+    "WebFetchArgs",
     "WriteArgs",
     "capability_binding",
     "catalog_generation",
     "find_offer",
+    "in_workflow_policy",
     "mcp_tool_name",
     "offered_tools",
     "permission_target",
+    "permission_targets",
     "validate_args",
 ]

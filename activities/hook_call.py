@@ -1,0 +1,174 @@
+"""The ``agent.hook`` activity: one ``[hooks]`` command, run as the ``bash`` tool runs its commands.
+
+The command runs as ``/bin/bash -c COMMAND`` in the run's workspace, in the sandbox
+``[sandbox]`` configures (``tools/bash.py`` and ``tools/sandbox.py``, reused: the same
+allowlisted environment, scratch HOME and TMPDIR, bounds, and a process tree that dies with
+the call), with the hook's JSON document (``durable_agent.core.hooks.HookDocument``) on stdin
+and ``CLAUDE_PROJECT_DIR`` and ``AGENT_PROJECT_DIR`` naming the workspace. Its stdout and
+stderr are kept apart, each bounded to its first and last bytes, and redacted.
+
+A hook's own failure (an exit code other than 0 and 2, a timeout) is an outcome, never a
+failure of the activity: ``"error"``, recorded, and the run goes on. Only what keeps the hook
+from running at all on this worker (a sandbox that cannot start, a workspace that is gone)
+fails the activity, which Temporal tries again (``[timeouts] hook_max_attempts``); a repeat
+runs the command again, as for ``bash``. A cancel stops the command and everything it
+started before the activity ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from durable_agent.activities.redact import Redactor
+from durable_agent.activities.support import heartbeating
+from durable_agent.activities.tools.bash import (
+    DRAIN_SECONDS,
+    KILL_GRACE_SECONDS,
+    _drain,
+    _exited,
+    _nothing,
+    _Output,
+    _prepare,
+    _prepared,
+    _time_limit,
+    stop_group,
+    stop_sandbox,
+)
+from durable_agent.activities.tools.sandbox import sandbox_problem
+from durable_agent.activities.tools.tool import ToolFailure
+from durable_agent.config import SandboxConfig
+from durable_agent.core.activity_api import HOOK
+from durable_agent.core.hooks import (
+    HOOK_OUTPUT_HEAD_BYTES,
+    HOOK_OUTPUT_TAIL_BYTES,
+    HookInput,
+    HookOutcome,
+    decide,
+)
+from durable_agent.core.tool_args import BashArgs
+
+
+class HookCalls:
+    """Runs the run's hooks in this worker's sandbox.
+
+    Args:
+        sandbox: Where the commands run (``sandbox_settings(config)``, as the ``bash`` tool's).
+        redact: The worker's credentials, kept out of the outcome.
+    """
+
+    def __init__(self, sandbox: SandboxConfig, redact: Redactor | None = None) -> None:
+        self.sandbox = sandbox
+        self.redact = redact or Redactor()
+
+    @activity.defn(name=HOOK.name)
+    async def hook(self, inp: HookInput) -> HookOutcome:
+        """Run one hook with its document on stdin; its exit code decides (``core.hooks.decide``).
+
+        Args:
+            inp: The hook, its document and its time limit.
+
+        Returns:
+            The outcome: "continue", "block" (with the hook's stderr as the reason) or "error".
+
+        Raises:
+            ApplicationError: The hook could not be run on this worker (retried by Temporal).
+        """
+        started = time.monotonic()
+        try:
+            outcome = await heartbeating(self._run(inp))
+        except (ToolFailure, OSError, subprocess.SubprocessError) as exc:
+            activity.logger.warning(
+                "hook %s[%d] of run %s not run: %s", inp.event, inp.index, inp.run_id, exc
+            )
+            raise ApplicationError(self.redact(f"the hook could not be run: {exc}")) from None
+        return outcome.model_copy(
+            update={
+                "duration_ms": int((time.monotonic() - started) * 1000),
+                "completed_at_ms": int(time.time() * 1000),
+            }
+        )
+
+    async def _run(self, inp: HookInput) -> HookOutcome:
+        settings = self.sandbox
+        sandboxed = settings.kind != "none"
+        if sandboxed and (problem := await asyncio.to_thread(sandbox_problem, settings)):
+            raise ToolFailure(f"the sandbox cannot start: {problem}")
+        timeout, _ = _time_limit(inp.timeout_seconds)
+        cwd, scratch, env = await asyncio.to_thread(_prepare, Path(inp.workspace))
+        env.update(CLAUDE_PROJECT_DIR=str(cwd), AGENT_PROJECT_DIR=str(cwd))
+        stdin = inp.document.model_dump_json().encode()
+
+        async def stop() -> None:
+            await (stop_sandbox(proc) if sandboxed else stop_group(proc.pid))
+
+        ended: Callable[[], list[str]] = _nothing
+        try:
+            # the bash tool's start, for this command (its timeout is not used: ours is)
+            argv, env, options, ended = await _prepared(
+                BashArgs(command=inp.hook.command), settings, cwd, scratch, env
+            )
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                **options,
+            )
+            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            out = _Output(HOOK_OUTPUT_HEAD_BYTES, HOOK_OUTPUT_TAIL_BYTES)
+            err = _Output(HOOK_OUTPUT_HEAD_BYTES, HOOK_OUTPUT_TAIL_BYTES)
+            tasks = [
+                asyncio.create_task(_feed(proc.stdin, stdin)),
+                asyncio.create_task(_drain(proc.stdout, out)),
+                asyncio.create_task(_drain(proc.stderr, err)),
+            ]
+            try:
+                timed_out = not await _exited(proc, timeout)
+                await stop()
+                await _exited(proc, KILL_GRACE_SECONDS)
+                await asyncio.wait(tasks[1:], timeout=DRAIN_SECONDS)
+            except BaseException:
+                await stop()
+                raise
+            finally:
+                for task in tasks:
+                    task.cancel()
+                for task in tasks:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        finally:
+            await asyncio.to_thread(ended)
+            await asyncio.to_thread(shutil.rmtree, scratch, ignore_errors=True)
+        stdout, stderr = self.redact(out.text()), self.redact(err.text())
+        if timed_out:
+            reason = f"timed out after {timeout:g} s; it and every process it started were stopped"
+            return HookOutcome(decision="error", stdout=stdout, stderr=stderr, reason=reason, timed_out=True)
+        code = proc.returncode
+        assert code is not None
+        if code < 0:
+            reason = f"killed by signal {-code}"
+            return HookOutcome(decision="error", exit_code=code, stdout=stdout, stderr=stderr, reason=reason)
+        decision, why = decide(code, stderr)
+        return HookOutcome(decision=decision, exit_code=code, stdout=stdout, stderr=stderr, reason=why)
+
+
+async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:
+    """Write the document to the hook's stdin and close it; a hook that does not read it is fine."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        pipe.write(data)
+        await pipe.drain()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        pipe.close()
+        await pipe.wait_closed()
