@@ -233,7 +233,7 @@ LEDGER: tuple[Patch, ...] = (
     ),
     Patch(
         id=HOOKS_PATCH,
-        shipped="uncommitted (issue 24)",
+        shipped="3ee88e1 (2026-12-01)",
         release="0.2",
         changes=(
             "a run whose plan has [hooks] runs them as agent.hook activities (before and after tool "
@@ -246,7 +246,7 @@ LEDGER: tuple[Patch, ...] = (
     ),
     Patch(
         id=PARALLEL_CALLS_PATCH,
-        shipped="uncommitted (issue 24)",
+        shipped="3ee88e1 (2026-12-01)",
         release="0.2",
         changes=(
             "the calls of one answer to tools whose offer says parallel (read-only tools, [tools] "
