@@ -120,9 +120,11 @@ class RunPlanner:
             # what the MCP servers offer now: a run is offered their current tools
             await self.mcp.for_run()
         together = config.tools.runs_together
+        specs = [t.spec for t in self.tools.values()]
+        if inp.resume_tools is not None:
+            specs = [s for s in specs if s.name in inp.resume_tools]
         offered = [
-            t.offer(parallel=together(t.name, t.read_only))
-            for t in offered_tools((t.spec for t in self.tools.values()), permissions)
+            t.offer(parallel=together(t.name, t.read_only)) for t in offered_tools(specs, permissions)
         ]
         if run.output_schema is not None:
             offered.append(self._final_result_offer(run.output_schema, offered))

@@ -43,6 +43,9 @@ class ResolveInput(Frozen):
     settings: RunSettings | None = None
     resumed_from: ResumedFrom | None = None
     resume_permissions: PermissionPolicy | None = None
+    # A resumed run's tools, as its checkpoint bound them: it is offered those of them this
+    # worker has, so a release that adds tools still resumes the exports made before it.
+    resume_tools: tuple[str, ...] | None = None
     # Sent by workflows before 0.2 (the whole input, prompt included, without ``resume_from``).
     run: AgentRunInput | None = None
 
