@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +27,14 @@ from durable_agent.telemetry_spans import ActivityTelemetry, ToolCallSpan
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class ToolCalls:
     """Runs this worker's tools; expected failures become tool errors the model sees."""
 
-    def __init__(
-        self,
-        tools: Mapping[str, Tool],
-        store: SessionStore,
-        redact: Redactor,
-        telemetry: ActivityTelemetry | None = None,
-    ) -> None:
-        self.tools = tools
-        self.store = store
-        self.redact = redact
-        self.telemetry = telemetry or ActivityTelemetry()
+    tools: Mapping[str, Tool]
+    store: SessionStore
+    redact: Redactor
+    telemetry: ActivityTelemetry = field(default_factory=ActivityTelemetry)
 
     @activity.defn(name=TOOL_CALL.name)
     async def tool_call(self, inp: ToolCallInput) -> ToolOutput:

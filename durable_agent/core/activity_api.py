@@ -304,16 +304,10 @@ OPEN_RUN = ActivityDecl[OpenRunInput, RunOpened](
     "agent.open_run", OpenRunInput, RunOpened, _checkpoint(lambda t: t.checkpoint_max_attempts)
 )
 MODEL_CALL = ActivityDecl[ModelStepInput, ModelResponse](
-    "agent.model_call",
-    ModelStepInput,
-    ModelResponse,
-    _model_options,
+    "agent.model_call", ModelStepInput, ModelResponse, _model_options
 )
 COMPACT = ActivityDecl[CompactInput, CompactOutput](
-    "agent.compact",
-    CompactInput,
-    CompactOutput,
-    _model_options,
+    "agent.compact", CompactInput, CompactOutput, _model_options
 )
 TOOL_CALL = ActivityDecl[ToolCallInput, ToolOutput](
     "agent.tool_call",
