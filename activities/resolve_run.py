@@ -123,9 +123,7 @@ class RunPlanner:
         specs = [t.spec for t in self.tools.values()]
         if inp.resume_tools is not None:
             specs = [s for s in specs if s.name in inp.resume_tools]
-        offered = [
-            t.offer(parallel=together(t.name, t.read_only)) for t in offered_tools(specs, permissions)
-        ]
+        offered = [t.offer(parallel=together(t.name, t.read_only)) for t in offered_tools(specs, permissions)]
         if run.output_schema is not None:
             offered.append(self._final_result_offer(run.output_schema, offered))
         kept, left_out = within_catalog_budget(offered, config.limits.max_tool_catalog_bytes)
