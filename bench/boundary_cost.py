@@ -83,6 +83,7 @@ from bench.digest_sink import DigestSink
 from bench.naive import NAIVE_MODEL, NAIVE_WORKFLOW, NaiveAgentRun, NaiveInput, NaiveModel
 from bench.reader_setup import add_workload_arguments, make_file
 from bench.runs import CoreLog, completed_calls, ending, fetch_chain, last_model_input, scan_warnings, settle
+from bench.text_table import Column, formatted, padded
 from bench.tokens import ReaderModel, Tally
 from durable_agent.activities import AgentActivities
 from durable_agent.client import connect, ensure_search_attributes, exit_process, start_run
@@ -261,7 +262,7 @@ async def measure_naive(b: Bench, n: int) -> dict[str, Any]:
 
 # --- the table --------------------------------------------------------------------
 
-OURS = [  # header, key, format
+OURS: list[Column] = [
     ("execs", "executions", "{}"),
     ("ev/b", "events_per_boundary", "{:.1f}"),
     ("hist B/b", "history_bytes_per_boundary", "{:,}"),
@@ -275,10 +276,10 @@ OURS = [  # header, key, format
 NAIVE = OURS[1:-1]
 
 
-def cells(row: dict[str, Any] | None, columns: list[tuple[str, str, str]], skipped: str) -> list[str]:
+def cells(row: dict[str, Any] | None, columns: list[Column], skipped: str) -> list[str]:
     if row is None:
         return ["—"] * len(columns) + [skipped]
-    values = ["?" if row.get(key) is None else fmt.format(row[key]) for _, key, fmt in columns]
+    values = formatted(row, columns)
     if row["outcome"] == "ok":
         return [*values, "ok"]
     word = "died" if row["outcome"].startswith("terminated") else "failed"
@@ -292,14 +293,11 @@ def print_table(
     table = [header] + [
         [str(n), *cells(ours[n], OURS, ""), *cells(naive.get(n), NAIVE, skipped.get(n, ""))] for n in ns
     ]
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    lines = padded(table, left={i for i, h in enumerate(header) if h == "outcome"})
     split = 1 + len(OURS) + 1  # N, ours' columns and outcome
-    lead = sum(widths[1:split]) + 2 * (split - 2)
-    print(f"{'':>{widths[0]}}  {'ours: AgentRun':<{lead}} | naive: the whole conversation in each model call")
-    for line in table:
-        texts = [
-            t.ljust(w) if h == "outcome" else t.rjust(w) for t, w, h in zip(line, widths, header, strict=True)
-        ]
+    n_width, lead = len(lines[0][0]), len("  ".join(lines[0][1:split]))  # the widths of N and of ours
+    print(f"{'':>{n_width}}  {'ours: AgentRun':<{lead}} | naive: the whole conversation in each model call")
+    for texts in lines:
         print("  ".join(texts[:split]) + " | " + "  ".join(texts[split:]).rstrip())
     for row in [*ours.values(), *naive.values()]:
         if row["outcome"] != "ok":

@@ -83,6 +83,7 @@ from bench.cache_wire import CachingReader, WireKind, server_figures, trace
 from bench.digest_sink import DigestSink
 from bench.reader_setup import make_file
 from bench.runs import settle
+from bench.text_table import Column, formatted, padded
 from bench.tokens import ANSWER_TOKENS
 from durable_agent.activities import AgentActivities
 from durable_agent.client import connect, ensure_search_attributes, exit_process, start_run
@@ -241,7 +242,7 @@ async def measure(
 
 # --- the report -------------------------------------------------------------------------
 
-COLUMNS = [  # header, key, format
+COLUMNS: list[Column] = [
     ("share", "share", "{:.3f}"),
     ("read", "read", "{:,}"),
     ("written", "written", "{:,}"),
@@ -257,16 +258,8 @@ COLUMNS = [  # header, key, format
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     header = ["compact_at -> target", "wire", *(h for h, _, _ in COLUMNS), "outcome"]
-    table = [header]
-    for r in rows:
-        values = ["?" if r.get(k) is None else f.format(r[k]) for _, k, f in COLUMNS]
-        table.append([r["policy"], r["wire"], *values, r["outcome"]])
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    for line in table:
-        cells = [
-            t.ljust(w) if i in (0, 1, len(header) - 1) else t.rjust(w)
-            for i, (t, w) in enumerate(zip(line, widths, strict=True))
-        ]
+    table = [header] + [[r["policy"], r["wire"], *formatted(r, COLUMNS), r["outcome"]] for r in rows]
+    for cells in padded(table, left={0, 1, len(header) - 1}):
         print("  ".join(cells).rstrip())
 
 

@@ -9,6 +9,7 @@ import statistics
 from typing import Any
 
 from bench.takeover import print_takeover
+from bench.text_table import padded
 
 
 def median(values: list[Any]) -> Any:
@@ -81,9 +82,7 @@ def fmt(value: Any, spec: str = "{:,}") -> str:
 
 
 def table(header: list[str], lines: list[list[str]]) -> None:
-    widths = [max(len(x[i]) for x in [header, *lines]) for i in range(len(header))]
-    for line in [header, *lines]:
-        cells = [t.rjust(w) for t, w in zip(line, widths, strict=True)]
+    for cells in padded([header, *lines]):
         print("  " + "  ".join(cells).rstrip())
 
 

@@ -23,16 +23,8 @@ from typing import Any
 
 from durable_agent.activities.providers.model_provider import ProviderError
 from durable_agent.config import ResolvedModelSettings
+from durable_agent.core import models
 from durable_agent.core.activity_api import ModelCallInput
-from durable_agent.core.models import (
-    Message,
-    RedactedThinkingBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolDefinition,
-    ToolResultBlock,
-    ToolUseBlock,
-)
 
 DEFAULT_MAX_TOKENS = 4096
 # The thinking budget of a model configured with ``reasoning`` and no budget of its own.
@@ -56,7 +48,7 @@ def thinking_budget(settings: ResolvedModelSettings) -> int | None:
     return DEFAULT_THINKING_BUDGET if settings.reasoning else None
 
 
-def _sendable(block: ThinkingBlock) -> bool:
+def _sendable(block: models.ThinkingBlock) -> bool:
     # Only Anthropic's own signed thinking goes back: the API checks the signature
     # against the text, so thinking from another wire, or whose signature was
     # dropped (its text redacted), would be refused.
@@ -65,23 +57,23 @@ def _sendable(block: ThinkingBlock) -> bool:
 
 def _wire_block(block: Any) -> dict[str, Any] | None:
     """One block as the API takes it; None for a block that is not sent."""
-    if isinstance(block, TextBlock):
+    if isinstance(block, models.TextBlock):
         # The API refuses empty text blocks.
         return {"type": "text", "text": block.text} if block.text else None
-    if isinstance(block, ToolUseBlock):
+    if isinstance(block, models.ToolUseBlock):
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    if isinstance(block, ThinkingBlock):
+    if isinstance(block, models.ThinkingBlock):
         if not _sendable(block):
             return None
         return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
-    if isinstance(block, RedactedThinkingBlock):
+    if isinstance(block, models.RedactedThinkingBlock):
         return {"type": "redacted_thinking", "data": block.data}
-    if isinstance(block, ToolResultBlock):
+    if isinstance(block, models.ToolResultBlock):
         return _tool_result(block)
     raise TypeError(f"no Messages API form for a {type(block).__name__}")
 
 
-def _tool_result(block: ToolResultBlock) -> dict[str, Any]:
+def _tool_result(block: models.ToolResultBlock) -> dict[str, Any]:
     content: str | list[dict[str, Any]] = block.content
     if block.images:
         parts: list[dict[str, Any]] = [{"type": "text", "text": block.content}] if block.content else []
@@ -103,7 +95,7 @@ def _tool_result(block: ToolResultBlock) -> dict[str, Any]:
     return result
 
 
-def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+def wire_messages(messages: tuple[models.Message, ...]) -> list[dict[str, Any]]:
     """The conversation as Messages API messages, block for block, in their order.
 
     Args:
@@ -121,12 +113,12 @@ def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return out
 
 
-def wire_tools(tools: tuple[ToolDefinition, ...]) -> list[dict[str, Any]]:
+def wire_tools(tools: tuple[models.ToolDefinition, ...]) -> list[dict[str, Any]]:
     """Tool definitions as Messages API tools."""
     return [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in tools]
 
 
-def thinking_can_stay_on(messages: tuple[Message, ...]) -> bool:
+def thinking_can_stay_on(messages: tuple[models.Message, ...]) -> bool:
     """Whether a request over ``messages`` may have thinking on.
 
     With thinking on, the API wants the last assistant message, when it used a
@@ -147,8 +139,10 @@ def thinking_can_stay_on(messages: tuple[Message, ...]) -> bool:
     last = next((m for m in reversed(messages) if m.role == "assistant"), None)
     if last is None or not last.tool_uses():
         return True
-    reasoning = [b for b in last.content if isinstance(b, ThinkingBlock | RedactedThinkingBlock)]
-    if not reasoning or not all(isinstance(b, RedactedThinkingBlock) or _sendable(b) for b in reasoning):
+    thinking = [b for b in last.content if isinstance(b, models.ThinkingBlock)]
+    redacted = [b for b in last.content if isinstance(b, models.RedactedThinkingBlock)]
+    # Redacted thinking always goes back as it came; thinking only when it can (``_sendable``).
+    if not (thinking or redacted) or not all(_sendable(b) for b in thinking):
         return False
     [sent] = wire_messages((last,))
     return bool(sent["content"][0]["type"] in _REASONING_TYPES)

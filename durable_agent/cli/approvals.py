@@ -1,7 +1,6 @@
 """``durable-agent approvals | approve | deny``: the person's side of human approval.
 
-Their options are declared with the parser (``cli/commands.py``), which imports this module
-only when one of these commands runs.
+The parser (``cli/commands.py``) imports this module only when one of these commands runs.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The conversation commands: ``chat`` (a conversation in the terminal), ``prompt``, ``steer``
 and ``end`` (a run with follow-ups, from another shell).
 
-Their options are declared with the parser (``cli/commands.py``), which imports this module
-only when one of these commands runs.
+The parser (``cli/commands.py``) imports this module only when one of these commands runs.
 """
 
 from __future__ import annotations
