@@ -21,6 +21,8 @@ from durable_agent.core.models import (
     PermissionDeniedEvent,
     PersistenceFailedEvent,
     RunStartEvent,
+    SubagentEndEvent,
+    SubagentStartEvent,
     TextDeltaEvent,
     ThinkingEvent,
     TodoEvent,
@@ -31,6 +33,7 @@ from durable_agent.core.models import (
     UserMessageEvent,
 )
 from durable_agent.core.run_api import AgentRunResult, Budget, RunStatusView
+from durable_agent.core.subagents import ChildRun
 from durable_agent.core.todo_list import checklist_lines, summary
 from durable_agent.core.tool_specs import BUILTIN_TOOLS
 
@@ -78,6 +81,35 @@ def hook_line(event: HookRunEvent) -> str:
     said = {"continue": "ok", "block": "blocked", "error": "failed"}[event.decision]
     why = f": {_one_line(event.reason)}" if event.reason else ""
     return f"⚑ hook {event.event}[{event.hook}]{tool} {said}{why}"
+
+
+def subagent_line(event: SubagentStartEvent | SubagentEndEvent) -> str:
+    """A ``subagent_*`` event as a line: ``⑂ subagent started: …`` or ``⑂ subagent completed: …``.
+
+    Args:
+        event: The event.
+
+    Returns:
+        The line, without its newline.
+    """
+    if isinstance(event, SubagentStartEvent):
+        kind = f" ({event.agent_type})" if event.agent_type else ""
+        where = f"[{event.workflow_id}, run {event.run_id}]"
+        return f"⑂ subagent{kind} started: {_one_line(event.description)} {where}"
+    export = f", last export {short_digest(event.final_content_digest)}" if event.final_content_digest else ""
+    why = f": {_one_line(event.error)}" if event.error else ""
+    return f"⑂ subagent {event.status}{why} [{event.workflow_id}{export}, {event.usage.total_tokens} tokens]"
+
+
+def child_line(child: ChildRun) -> str:
+    """A child run as ``status`` shows it: its call, kind, status, workflow and run ids."""
+    kind = f" ({child.agent_type})" if child.agent_type else ""
+    digest = child.final_content_digest
+    export = f" · last export {short_digest(digest)}" if digest else ""
+    return (
+        f"{child.call_id}{kind}: {child.status} · {_one_line(child.description, 60)} · "
+        f"workflow {child.workflow_id} · run {child.run_id or '-'}{export}"
+    )
 
 
 def budget_line(budget: Budget) -> str:
@@ -202,6 +234,8 @@ class EventPrinter:
                 self._line(f"  {line}")
         elif isinstance(event, FinalResultEvent):
             self._line(f"✓ final result: {_one_line(json.dumps(event.output, ensure_ascii=False))}")
+        elif isinstance(event, SubagentStartEvent | SubagentEndEvent):
+            self._line(subagent_line(event))
         elif isinstance(event, EndEvent):
             self._line(f"■ run ended: {event.status}")
 
@@ -271,6 +305,9 @@ def print_status(view: RunStatusView, out: TextIO | None = None) -> None:
     if view.todos:
         rows.append(("plan", summary(view.todos)))
         rows += [("", line) for line in checklist_lines(view.todos)]
+    if view.parent_workflow_id:
+        rows.append(("parent", view.parent_workflow_id))
+    rows += [("subagent", child_line(child)) for child in view.children]
     if view.output is not None:
         rows.append(("output", json.dumps(view.output, ensure_ascii=False)))
     if view.error:
