@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -71,20 +72,14 @@ from durable_agent.core.run_log import (
 from durable_agent.telemetry_spans import ActivityTelemetry
 
 
+@dataclass(eq=False)
 class RunLogs:
     """The session store's and the sinks' side of a run (see ``durable_agent.core.run_log``)."""
 
-    def __init__(
-        self,
-        store: SessionStore,
-        log_cache: RunLogCache,
-        sinks: Mapping[str, ExportSink],
-        telemetry: ActivityTelemetry | None = None,
-    ) -> None:
-        self.store = store
-        self.log_cache = log_cache
-        self.sinks = sinks
-        self.telemetry = telemetry or ActivityTelemetry()
+    store: SessionStore
+    log_cache: RunLogCache
+    sinks: Mapping[str, ExportSink]
+    telemetry: ActivityTelemetry = field(default_factory=ActivityTelemetry)
 
     @activity.defn(name=OPEN_RUN.name)
     async def open_run(self, inp: OpenRunInput) -> RunOpened:

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from temporalio import activity
@@ -30,19 +31,7 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.redact import Redactor
 from durable_agent.activities.support import heartbeating
-from durable_agent.activities.tools.bash import (
-    DRAIN_SECONDS,
-    KILL_GRACE_SECONDS,
-    _drain,
-    _exited,
-    _nothing,
-    _Output,
-    _prepare,
-    _prepared,
-    _time_limit,
-    stop_group,
-    stop_sandbox,
-)
+from durable_agent.activities.tools import process
 from durable_agent.activities.tools.sandbox import sandbox_problem
 from durable_agent.activities.tools.tool import ToolFailure
 from durable_agent.config import SandboxConfig
@@ -54,9 +43,9 @@ from durable_agent.core.hooks import (
     HookOutcome,
     decide,
 )
-from durable_agent.core.tool_args import BashArgs
 
 
+@dataclass(eq=False)
 class HookCalls:
     """Runs the run's hooks in this worker's sandbox.
 
@@ -65,9 +54,8 @@ class HookCalls:
         redact: The worker's credentials, kept out of the outcome.
     """
 
-    def __init__(self, sandbox: SandboxConfig, redact: Redactor | None = None) -> None:
-        self.sandbox = sandbox
-        self.redact = redact or Redactor()
+    sandbox: SandboxConfig
+    redact: Redactor = field(default_factory=Redactor)
 
     @activity.defn(name=HOOK.name)
     async def hook(self, inp: HookInput) -> HookOutcome:
@@ -102,20 +90,14 @@ class HookCalls:
         sandboxed = settings.kind != "none"
         if sandboxed and (problem := await asyncio.to_thread(sandbox_problem, settings)):
             raise ToolFailure(f"the sandbox cannot start: {problem}")
-        timeout, _ = _time_limit(inp.timeout_seconds)
-        cwd, scratch, env = await asyncio.to_thread(_prepare, Path(inp.workspace))
+        timeout, _ = process.time_limit(inp.timeout_seconds)
+        cwd, scratch, env = await asyncio.to_thread(process.prepare_call, Path(inp.workspace))
         env.update(CLAUDE_PROJECT_DIR=str(cwd), AGENT_PROJECT_DIR=str(cwd))
         stdin = inp.document.model_dump_json().encode()
-
-        async def stop() -> None:
-            await (stop_sandbox(proc) if sandboxed else stop_group(proc.pid))
-
-        ended: Callable[[], list[str]] = _nothing
+        ended: Callable[[], list[str]] = process.nothing
         try:
             # the bash tool's start, for this command (its timeout is not used: ours is)
-            argv, env, options, ended = await _prepared(
-                BashArgs(command=inp.hook.command), settings, cwd, scratch, env
-            )
+            argv, env, options, ended = await process.prepared(inp.hook.command, settings, cwd, scratch, env)
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 cwd=cwd,
@@ -127,27 +109,14 @@ class HookCalls:
                 **options,
             )
             assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-            out = _Output(HOOK_OUTPUT_HEAD_BYTES, HOOK_OUTPUT_TAIL_BYTES)
-            err = _Output(HOOK_OUTPUT_HEAD_BYTES, HOOK_OUTPUT_TAIL_BYTES)
-            tasks = [
-                asyncio.create_task(_feed(proc.stdin, stdin)),
-                asyncio.create_task(_drain(proc.stdout, out)),
-                asyncio.create_task(_drain(proc.stderr, err)),
+            out = process.BoundedOutput(HOOK_OUTPUT_HEAD_BYTES, HOOK_OUTPUT_TAIL_BYTES)
+            err = process.BoundedOutput(HOOK_OUTPUT_HEAD_BYTES, HOOK_OUTPUT_TAIL_BYTES)
+            feed = asyncio.create_task(_feed(proc.stdin, stdin))
+            readers = [
+                asyncio.create_task(process.drain(proc.stdout, out)),
+                asyncio.create_task(process.drain(proc.stderr, err)),
             ]
-            try:
-                timed_out = not await _exited(proc, timeout)
-                await stop()
-                await _exited(proc, KILL_GRACE_SECONDS)
-                await asyncio.wait(tasks[1:], timeout=DRAIN_SECONDS)
-            except BaseException:
-                await stop()
-                raise
-            finally:
-                for task in tasks:
-                    task.cancel()
-                for task in tasks:
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+            timed_out, _ = await process.supervise(proc, timeout, sandboxed, readers, (feed,))
         finally:
             await asyncio.to_thread(ended)
             await asyncio.to_thread(shutil.rmtree, scratch, ignore_errors=True)

@@ -9,6 +9,7 @@ adapter beside it, ``answer`` (``activities/legacy_sessions.py`` lists the legac
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -92,27 +93,18 @@ def unsigned_where_changed(original: Message, redacted: Message) -> Message:
     return redacted.model_copy(update={"content": tuple(blocks)})
 
 
+@dataclass(eq=False)
 class ModelCalls:
     """Asks the configured providers for a run's next step."""
 
-    def __init__(
-        self,
-        providers: Mapping[str, ModelProvider],
-        log_cache: RunLogCache,
-        store: SessionStore,
-        redact: Redactor,
-        telemetry: ActivityTelemetry | None = None,
-        mcp: McpCatalog | None = None,
-        takes_images: Callable[[str], bool] = lambda model: False,
-    ) -> None:
-        self.providers = providers
-        # whether "provider/model" takes images (its ``attachment`` setting)
-        self.takes_images = takes_images
-        self.log_cache = log_cache
-        self.store = store
-        self.redact = redact
-        self.telemetry = telemetry or ActivityTelemetry()
-        self.mcp = mcp
+    providers: Mapping[str, ModelProvider]
+    log_cache: RunLogCache
+    store: SessionStore
+    redact: Redactor
+    telemetry: ActivityTelemetry = field(default_factory=ActivityTelemetry)
+    mcp: McpCatalog | None = None
+    # whether "provider/model" takes images (its ``attachment`` setting)
+    takes_images: Callable[[str], bool] = lambda model: False
 
     @activity.defn(name=MODEL_CALL.name)
     async def model_call(self, inp: ModelStepInput | ModelCallInput) -> ModelResponse:

@@ -136,10 +136,10 @@ class RunPlanner:
             # what the MCP servers offer now: a run is offered their current tools
             await self.mcp.for_run()
         together = config.tools.runs_together
-        offered = [
-            t.offer(parallel=together(t.name, t.read_only))
-            for t in offered_tools((t.spec for t in self.tools.values()), permissions)
-        ]
+        specs = [t.spec for t in self.tools.values()]
+        if inp.resume_tools is not None:
+            specs = [s for s in specs if s.name in inp.resume_tools]
+        offered = [t.offer(parallel=together(t.name, t.read_only)) for t in offered_tools(specs, permissions)]
         subagents = self._subagent_plan(run.subagent)
         if subagents is not None and subagents.may_start():
             offered = self._with_task(offered, subagents, permissions)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +28,16 @@ from durable_agent.telemetry_spans import ActivityTelemetry, ToolCallSpan
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class ToolCalls:
     """Runs this worker's tools; expected failures become tool errors the model sees."""
 
-    def __init__(
-        self,
-        tools: Mapping[str, Tool],
-        store: SessionStore,
-        redact: Redactor,
-        telemetry: ActivityTelemetry | None = None,
-        workspace_trees: WorkspaceTrees | None = None,
-    ) -> None:
-        self.tools = tools
-        self.store = store
-        self.redact = redact
-        self.telemetry = telemetry or ActivityTelemetry()
-        # records the workspace after a call to a tool that may change files (None: never)
-        self.workspace_trees = workspace_trees
+    tools: Mapping[str, Tool]
+    store: SessionStore
+    redact: Redactor
+    telemetry: ActivityTelemetry = field(default_factory=ActivityTelemetry)
+    # records the workspace after a call to a tool that may change files (None: never)
+    workspace_trees: WorkspaceTrees | None = None
 
     @activity.defn(name=TOOL_CALL.name)
     async def tool_call(self, inp: ToolCallInput) -> ToolOutput:

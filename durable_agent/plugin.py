@@ -35,7 +35,7 @@ from durable_agent.activities.tools.tool import Tool
 from durable_agent.client import agent_interceptors
 from durable_agent.codec import data_converter
 from durable_agent.config import AgentConfig, load_config
-from durable_agent.core.tool_specs import BUILTIN_TOOLS
+from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.telemetry import approvals_waiting_reporter, metrics_runtime
 from durable_agent.workflows import AgentRun
 

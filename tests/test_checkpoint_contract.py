@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from durable_agent.activities.sinks import FilesystemExportSink, read_export_file
+from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.core.canonical import canonical_bytes, digest_of, sha256_digest
 from durable_agent.core.export import (
     CheckpointPayload,
@@ -24,7 +25,7 @@ from durable_agent.core.models import Message, ModelResponse, TextBlock, TokenUs
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_log import RunLog, build_export
-from durable_agent.core.tool_specs import BUILTIN_TOOLS, capability_binding
+from durable_agent.core.tool_specs import capability_binding
 
 
 def plan() -> RunPlan:

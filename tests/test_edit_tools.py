@@ -18,12 +18,12 @@ from durable_agent.activities.tools.patch import apply_patch
 from durable_agent.activities.tools.path_guard import OPENED_JUDGE, check_resolved
 from durable_agent.activities.tools.tool import text_of
 from durable_agent.core.activity_api import ToolCallInput
+from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.core.models import PermissionDeniedEvent, ToolResultBlock
 from durable_agent.core.patch_format import PatchError, parse_patch
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.tool_args import ApplyPatchArgs
 from durable_agent.core.tool_specs import (
-    BUILTIN_TOOLS,
     ToolCallError,
     offered_tools,
     permission_target,

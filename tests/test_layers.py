@@ -692,7 +692,7 @@ READ_ONLY_TABLES = frozenset(
         "durable_agent.core.context.KNOWN_WINDOWS",
         "durable_agent.core.export._SCHEMA_ALIASED",
         "durable_agent.core.shell_words._ANSI_C",
-        "durable_agent.core.tool_specs.BUILTIN_TOOLS",
+        "durable_agent.core.builtin_catalog.BUILTIN_TOOLS",
     }
 )
 WALL_CLOCK_CALLS = frozenset({"now", "utcnow", "today", "fromtimestamp", "time", "monotonic", "perf_counter"})

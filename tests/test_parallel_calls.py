@@ -21,6 +21,7 @@ from durable_agent.activities.mcp.model_text import McpToolInfo
 from durable_agent.client import run_result, start_run
 from durable_agent.config import McpServerConfig, parse_config
 from durable_agent.core.activity_api import TOOL_CALL
+from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.core.models import (
     ConfirmationReceivedEvent,
     ConfirmationRequiredEvent,
@@ -30,7 +31,7 @@ from durable_agent.core.models import (
     ToolUseBlock,
 )
 from durable_agent.core.run_api import AgentRunInput, AgentRunResult, ApprovalAnswer, ApprovalDecision
-from durable_agent.core.tool_specs import BUILTIN_TOOLS, ToolOffer
+from durable_agent.core.tool_specs import ToolOffer
 from durable_agent.workflows import AgentRun
 from durable_agent.workflows.call_batch import batches, worth_batching
 from durable_agent.workflows.tool_step import Verdict

@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 
-from durable_agent.activities.tools.fs import edit, ls, read, write
+from durable_agent.activities.tools.edits import edit
+from durable_agent.activities.tools.fs import ls, read, write
 from durable_agent.activities.tools.path_guard import check_resolved
 from durable_agent.activities.tools.tool import ToolContent, ToolFailure
 from durable_agent.core.activity_api import ToolCallInput
+from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.tool_args import EditArgs, LsArgs, ReadArgs, WriteArgs
-from durable_agent.core.tool_specs import BUILTIN_TOOLS, validate_args
+from durable_agent.core.tool_specs import validate_args
 
 SECRET = "SECRET-DOTENV-CONTENT 0451"
 POLICY = PermissionPolicy(

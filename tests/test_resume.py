@@ -15,6 +15,7 @@ from temporalio.service import RPCError
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers import build_providers
 from durable_agent.activities.sinks import read_export_file
+from durable_agent.activities.tools import builtin_tools
 from durable_agent.client import ensure_search_attributes, resume_run
 from durable_agent.core.export import SessionCheckpointExportV1
 from durable_agent.core.models import RunStartEvent, ToolEndEvent
@@ -132,9 +133,37 @@ async def test_a_resume_where_tools_or_rules_differ_is_refused_unless_forced(
         result = await forced.result()
     message = str(refused.value.cause)
     assert "capability binding differs" in message
-    assert "tools offered here only: ls" in message
     assert "permissions.allow was ('read(*)',), here ('read(*)', 'ls(*)')" in message
     assert result.status == "completed"
+
+
+async def test_a_resume_on_a_worker_with_more_tools_keeps_the_checkpoints_tools(
+    client: Client, tmp_path: Path
+) -> None:
+    # the export of a worker that had only `read` (a release before the newer built-in tools)
+    ws = workspace_with(tmp_path, {"a.txt": "alpha\n", "b.txt": "beta\n"})
+    config = scripted_config(tmp_path, RESPONSES)
+    sink = RecordingSink()
+    only_read = {"read": builtin_tools()["read"]}
+    async with running_worker(
+        client, AgentActivities(config, tools=only_read, sinks={"local": sink})
+    ) as queue:
+        await (await start(client, queue, ws, "read a.txt and b.txt", session_id="older")).result()
+    export = sink.exports[0]
+    assert export.open().logical_resume.capability_binding.tools == ("read",)
+
+    resumed, forced = RecordingSink(), RecordingSink()
+    async with running_worker(client, AgentActivities(config, sinks={"local": resumed})) as queue:
+        # not refused: the resumed run is offered the checkpoint's tools, not those added since
+        result = await (await resume_run(client, export, queue=queue, workspace=str(ws))).result()
+    assert result.status == "completed", result.error
+    assert resumed.exports[0].open().logical_resume.capability_binding.tools == ("read",)
+    config = scripted_config(tmp_path, RESPONSES)
+    async with running_worker(client, AgentActivities(config, sinks={"local": forced})) as queue:
+        handle = await resume_run(client, export, queue=queue, workspace=str(ws), force_resume=True)
+        assert (await handle.result()).status == "completed"
+    # a forced resume takes this worker's whole catalog
+    assert "todo_write" in forced.exports[0].open().logical_resume.capability_binding.tools
 
 
 async def test_a_tampered_export_is_refused_with_its_typed_error(client: Client, tmp_path: Path) -> None:

@@ -11,8 +11,7 @@ from durable_agent.activities.tools import ToolFailure, builtin_tools
 from durable_agent.activities.tools.tool import confine, text_of
 from durable_agent.config import ConfigError, FilesystemSinkConfig, ScriptedProviderConfig, load_config
 from durable_agent.core.permissions import InvalidRule, PermissionPolicy, parse_rule
-from durable_agent.core.tool_args import READ_MAX_BYTES
-from durable_agent.core.tool_specs import LsArgs, ReadArgs
+from durable_agent.core.tool_args import READ_MAX_BYTES, LsArgs, ReadArgs
 
 POLICY = PermissionPolicy(
     allow=("read(**)", "ls", "bash(git:*)", "read(src/*.py)"),

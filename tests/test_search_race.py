@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
-from durable_agent.activities.tools import search as tools_search
+from durable_agent.activities.tools import tree_walk
 from durable_agent.activities.tools.path_guard import READ_DENIED, check_resolved, read_denier
 from durable_agent.activities.tools.search import glob, grep
 from durable_agent.activities.tools.tool import ToolFailure
 from durable_agent.core.activity_api import ToolCallInput
+from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.core.permissions import PermissionPolicy
-from durable_agent.core.tool_specs import BUILTIN_TOOLS, validate_args
+from durable_agent.core.tool_specs import validate_args
 
 SECRET = "SECRET-DOTENV-CONTENT 0451"
 OUTSIDE = "OUTSIDE-CONTENT 7781"
@@ -284,7 +285,7 @@ def test_a_walk_never_comes_back_through_a_folder_swapped_for_a_link(
 ) -> None:
     """Deep below a folder, the walk may have closed it (``OPEN_FOLDERS``); when it comes back for
     the folder's other subfolders, it opens it again by name, never through the link now there."""
-    monkeypatch.setattr(tools_search, "OPEN_FOLDERS", open_folders, raising=False)
+    monkeypatch.setattr(tree_walk, "OPEN_FOLDERS", open_folders, raising=False)
     ws = workspace(tmp_path)
     (ws / "t" / "deep" / "inner").mkdir(parents=True)
     (ws / "t" / "deep" / "inner" / "kept.txt").write_text("inside\n")
@@ -294,7 +295,7 @@ def test_a_walk_never_comes_back_through_a_folder_swapped_for_a_link(
     (out / "side").mkdir(parents=True)
     (out / "side" / "escaped.txt").write_text(OUTSIDE + "\n")
     before = open_descriptors()
-    walk = tools_search.Walk(ws.resolve(), threading.Event())
+    walk = tree_walk.Walk(ws.resolve(), threading.Event())
     listed = []
     for entry in walk.entries(ws.resolve()):
         listed.append(entry.relative)
@@ -320,7 +321,7 @@ def test_a_deep_walk_holding_few_folders_open_finds_what_one_holding_all_does(
     found = search(ws, "grep", policy=None, pattern="hit")
     assert "a/b/c/d/e/f.txt" in expected and "a/b/c/link.txt" in found
     for open_folders in (1, 2, 3):
-        monkeypatch.setattr(tools_search, "OPEN_FOLDERS", open_folders)
+        monkeypatch.setattr(tree_walk, "OPEN_FOLDERS", open_folders)
         before = open_descriptors()
         assert search(ws, "glob", policy=None, pattern="**") == expected
         assert search(ws, "grep", policy=None, pattern="hit") == found

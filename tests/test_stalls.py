@@ -19,7 +19,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
-from durable_agent.activities.tools import Tool, ToolFailure, builtin_tools
+from durable_agent.activities.tools import Tool, ToolFailure, builtin_tools, tree_walk
 from durable_agent.activities.tools import search as tools_search
 from durable_agent.activities.tools.tool import stoppable, text_of
 from durable_agent.client import run_result
@@ -240,15 +240,15 @@ async def test_a_huge_folder_is_read_no_further_than_the_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws = files(tmp_path, {f"f{i:04}": "" for i in range(300)})
-    monkeypatch.setattr(tools_search, "WALK_MAX_ENTRIES", 20)
-    walk = tools_search.Walk(ws.resolve(), threading.Event())
+    monkeypatch.setattr(tree_walk, "WALK_MAX_ENTRIES", 20)
+    walk = tree_walk.Walk(ws.resolve(), threading.Event())
     assert len(list(walk.entries(ws.resolve()))) == 20
     assert walk.cut and walk.visited == 20
 
 
 async def test_a_search_out_of_time_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ws = files(tmp_path, {"a.txt": "hit\n"})
-    monkeypatch.setattr(tools_search, "SEARCH_MAX_SECONDS", -1)
+    monkeypatch.setattr(tree_walk, "SEARCH_MAX_SECONDS", -1)
     note = "[search stopped after -1 s; results are incomplete: narrow it down]"
     assert await run(ws, "grep", pattern="hit") == f"no matches for 'hit' (0 file(s) searched)\n{note}"
     assert await run(ws, "glob", pattern="*.txt") == f"no paths match '*.txt'\n{note}"

@@ -15,6 +15,7 @@ from durable_agent.activities import AgentActivities
 from durable_agent.cli.render import EventPrinter, print_status
 from durable_agent.client import follow_events
 from durable_agent.core.activity_api import TOOL_CALL
+from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.core.export import CheckpointPayload
 from durable_agent.core.models import (
     TodoEvent,
@@ -26,7 +27,7 @@ from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.run_api import AgentRunResult
 from durable_agent.core.todo_list import answer_todo_write, checklist_markdown
 from durable_agent.core.tool_args import TODO_MAX_ITEMS
-from durable_agent.core.tool_specs import BUILTIN_TOOLS, in_workflow_policy, offered_tools
+from durable_agent.core.tool_specs import in_workflow_policy, offered_tools
 from tests.helpers import (
     RecordingSink,
     final,

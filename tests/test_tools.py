@@ -16,13 +16,13 @@ from temporalio import activity
 from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
-from durable_agent.activities.tools import Tool, ToolFailure, builtin_tools
-from durable_agent.activities.tools import bash as tools_bash
+from durable_agent.activities.tools import Tool, ToolFailure, builtin_tools, tree_walk
+from durable_agent.activities.tools import process as tools_process
 from durable_agent.activities.tools import search as tools_search
-from durable_agent.activities.tools.bash import _group_alive
 from durable_agent.activities.tools.tool import text_of
 from durable_agent.client import run_result
 from durable_agent.config import SandboxConfig
+from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.core.models import ToolResultBlock
 from durable_agent.core.tool_args import (
     BASH_OUTPUT_HEAD_BYTES,
@@ -31,7 +31,7 @@ from durable_agent.core.tool_args import (
     READ_MAX_BYTES,
     READ_MAX_LINE_CHARS,
 )
-from durable_agent.core.tool_specs import BUILTIN_TOOLS, ToolCallError, permission_target, validate_args
+from durable_agent.core.tool_specs import ToolCallError, permission_target, validate_args
 from tests.helpers import RecordingSink, final, running_worker, scripted_config, start, tool_call, until
 
 TOOLS = builtin_tools()
@@ -343,7 +343,7 @@ async def test_glob_is_bounded(ws: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     out = (await run(ws, "glob", pattern="*.txt")).splitlines()
     assert out[:10] == [f"f{i:02}.txt" for i in range(10)]
     assert out[10] == "[2 more paths not shown; narrow the pattern]"
-    monkeypatch.setattr(tools_search, "WALK_MAX_ENTRIES", 5)
+    monkeypatch.setattr(tree_walk, "WALK_MAX_ENTRIES", 5)
     assert "search stopped after 5 entries" in await run(ws, "glob", pattern="**/*.txt")
 
 
@@ -483,7 +483,7 @@ async def test_bash_cancel_kills_the_whole_process_group(ws: Path) -> None:
         await task
     shell = int((ws / "pid").read_text())
     assert await gone(shell) and await gone(int((ws / "child").read_text()))
-    assert not _group_alive(shell)
+    assert not tools_process.group_alive(shell)
 
 
 def test_bash_timeout_fits_inside_the_activity_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -497,9 +497,9 @@ def test_bash_timeout_fits_inside_the_activity_time_limit(monkeypatch: pytest.Mo
     )
     monkeypatch.setattr(activity, "in_activity", lambda: True)  # the module the bash tool asks
     monkeypatch.setattr(activity, "info", lambda: info)
-    assert tools_bash._time_limit(120) == (120, None)
-    timeout, note = tools_bash._time_limit(600)
-    assert timeout == pytest.approx(300 - 20 - tools_bash.ACTIVITY_MARGIN_SECONDS, abs=1)
+    assert tools_process.time_limit(120) == (120, None)
+    timeout, note = tools_process.time_limit(600)
+    assert timeout == pytest.approx(300 - 20 - tools_process.ACTIVITY_MARGIN_SECONDS, abs=1)
     assert note == "[timeout lowered from 600 s to 270 s: the worker's tool time limit]"
 
 
@@ -526,7 +526,7 @@ async def test_cancel_while_bash_runs_kills_its_process_group(client: Client, tm
         result = await asyncio.wait_for(run_result(client, handle.id), 15)
     assert result.status == "cancelled" and result.error == "stop the sleep"
     assert await gone(shell)
-    assert not _group_alive(shell)  # the shell's process group: sleep included
+    assert not tools_process.group_alive(shell)  # the shell's process group: sleep included
 
 
 async def test_a_run_writes_edits_greps_and_runs_bash(client: Client, tmp_path: Path) -> None:

@@ -123,22 +123,15 @@ class HookRunner:
         Returns:
             None: the call runs. Otherwise the tool error the model gets instead of its result.
         """
-        outcomes = await self.run(
-            state,
-            "pre_tool_use",
-            tool_name=call.name,
-            tool_use_id=call.id,
-            arguments=call.input,
-        )
+        outcomes = await self._about_call(state, "pre_tool_use", call)
         reason = block_reason(outcomes)
         if reason is None:
             return None
         # the hook's activity fixes the boundary's time, as a tool's does
-        done = [o.completed_at_ms for o in outcomes if o.completed_at_ms is not None]
         return ToolOutput(
             content=f"a pre_tool_use hook refused this call: {reason}",
             is_error=True,
-            completed_at_ms=max(done) if done else None,
+            completed_at_ms=_finished_at(outcomes),
         )
 
     async def after_tool(self, state: LoopState, call: ToolUseBlock, output: ToolOutput) -> ToolOutput:
@@ -153,24 +146,26 @@ class HookRunner:
             The output the model sees: ``output``, with the reasons of the hooks that blocked
             added, and stamped with the last hook's completion time.
         """
-        outcomes = await self.run(
-            state,
-            "post_tool_use",
-            tool_name=call.name,
-            tool_use_id=call.id,
-            arguments=call.input,
-            output=output.content,
-            is_error=output.is_error,
+        outcomes = await self._about_call(
+            state, "post_tool_use", call, output=output.content, is_error=output.is_error
         )
         if not outcomes:
             return output
-        done = [o.completed_at_ms for o in outcomes if o.completed_at_ms is not None]
-        update: dict[str, Any] = {"completed_at_ms": max(done)} if done else {}
+        finished = _finished_at(outcomes)
+        update: dict[str, Any] = {"completed_at_ms": finished} if finished is not None else {}
         reason = block_reason(outcomes)
         if reason is not None:
             # the store's staged copy is of the tool's own text: this one is saved whole
             update.update(content=f"{output.content}\n\na post_tool_use hook says: {reason}", staged=False)
         return output.model_copy(update=update)
+
+    async def _about_call(
+        self, state: LoopState, event: HookEventName, call: ToolUseBlock, **fields: Any
+    ) -> list[HookOutcome]:
+        """``run`` for a tool event: the call's tool, id and arguments in the document."""
+        return await self.run(
+            state, event, tool_name=call.name, tool_use_id=call.id, arguments=call.input, **fields
+        )
 
     async def first_prompt(self, state: LoopState) -> None:
         """``user_prompt_submit`` for a new run's prompt, before its first model request.
@@ -226,3 +221,10 @@ class HookRunner:
         status = "failed" if final == "budget_exhausted" else final
         # the run has ended: a cancel now is noted, and the hook runs to its end or time limit
         await self.run(state, "stop", cancellable=False, status=status, result=state.final_text or None)
+
+
+def _finished_at(outcomes: list[HookOutcome]) -> int | None:
+    """When the last of the hooks finished (their activities fix the boundary's time); None if
+    none says."""
+    done = [o.completed_at_ms for o in outcomes if o.completed_at_ms is not None]
+    return max(done) if done else None

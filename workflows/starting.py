@@ -167,7 +167,9 @@ class Starter:
         """The plan: the run's settings resolved by the worker, and the prompt, set here."""
         facts: dict[str, Any] = {}
         prompt = run_input.prompt
+        bound: CapabilityBinding | None = None
         if point is not None:
+            bound = point.capability_binding
             facts = {
                 "resumed_from": point.resumed_from,
                 "resume_permissions": point.capability_binding.permissions,
@@ -186,10 +188,14 @@ class Starter:
                 "resume_permissions": logical.capability_binding.permissions,
                 "workspace_tree": workspace_tree_of(resume.source_run().events),
             }
+            bound = logical.capability_binding
             prompt = prompt or source.prompt
         if run_input.force_resume or facts.get("workspace_tree") is None:
             # the workspace is compared with the checkpoint's files only when it recorded them
             facts.pop("workspace_tree", None)
+        if bound is not None and bound.tools and not run_input.force_resume:
+            # the checkpoint's tools, not those added since (a forced resume takes this worker's)
+            facts["resume_tools"] = bound.tools
         try:
             plan = await self._calls.run(
                 RESOLVE_RUN,

@@ -6,15 +6,15 @@ from pathlib import Path
 from typing import Any
 
 from durable_agent.activities.tools.bash import bash
-from durable_agent.activities.tools.edits import multi_edit
-from durable_agent.activities.tools.fs import edit, ls, read, write
+from durable_agent.activities.tools.edits import edit, multi_edit
+from durable_agent.activities.tools.fs import ls, read, write
 from durable_agent.activities.tools.patch import apply_patch
 from durable_agent.activities.tools.search import glob, grep
 from durable_agent.activities.tools.tool import Tool, ToolImpl, stoppable, threaded
 from durable_agent.activities.tools.web_fetch import Fetcher
 from durable_agent.config import SandboxConfig, WebFetchConfig
+from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.core.todo_list import answer_todo_write
-from durable_agent.core.tool_specs import BUILTIN_TOOLS
 
 
 async def todo_write(args: Any, workspace: Path) -> str:

@@ -1,14 +1,20 @@
-"""``multi_edit``: several of ``edit``'s replacements in one file, written once, all or none.
+"""``edit`` and ``multi_edit``: exact strings replaced in one file, written once, all or none.
 
-The edits are applied in order to the file's text in memory, each matched as
-``edit`` matches (exactly, once unless ``replace_all``, a file with Windows line
-ends matched with the model's ``\\n`` read as ``\\r\\n``), each to the text the
-ones before left. If one fails nothing is written, and the error names it.
-The file is then replaced atomically, like ``edit``'s.
+``edit`` replaces ``old_string`` with ``new_string``: exactly one occurrence, or
+all with ``replace_all``. ``multi_edit`` applies several such edits in order to
+the file's text in memory, each matched as ``edit`` matches (exactly, once
+unless ``replace_all``, a file with Windows line ends matched with the model's
+``\\n`` read as ``\\r\\n``), each to the text the ones before left. If one fails
+nothing is written, and the error names it. The file is then replaced
+atomically. Both block, so ``builtin_tools`` runs them in a thread.
 
 What a repeat does (Temporal runs activities at least once): the write is
 atomic, so a repeat finds the file before the edits or after all of them.
-After, every edit is *in place*: what it put in, as the later edits left it
+``edit`` reports "already applied" when ``old_string`` is gone (apart from
+copies inside ``new_string``) and ``new_string`` is present, so a retried edit
+neither fails nor applies twice; a retried deletion (empty ``new_string``)
+fails as "not found", as nothing shows it was done. After a ``multi_edit``,
+every edit is *in place*: what it put in, as the later edits left it
 (``new_string`` with the later edits applied to it), is in the file, and its
 ``old_string`` no longer occurs outside such text. Then the set is reported
 as already applied and nothing changes, even when a later edit changed what
@@ -24,11 +30,17 @@ from __future__ import annotations
 import bisect
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from durable_agent.activities.tools.fs import _line_of, _occurrences, _pending, _reader, _walked, is_binary
+from durable_agent.activities.tools.beneath import Walked
+from durable_agent.activities.tools.fs import is_binary, reader, walked
 from durable_agent.activities.tools.tool import ToolFailure
-from durable_agent.core.tool_args import EDIT_MAX_FILE_BYTES, MultiEditArgs, StringEdit
+from durable_agent.core.tool_args import EDIT_MAX_FILE_BYTES, EditArgs, MultiEditArgs, StringEdit
+
+EDIT_SNIPPET_LINES = 12
+EDIT_SNIPPET_CHARS = 200
 
 
 def file_text(raw: bytes, name: str, tool: str) -> str:
@@ -54,6 +66,55 @@ def file_text(raw: bytes, name: str, tool: str) -> str:
         raise ToolFailure(f"{name!r} is not UTF-8 text; {tool} refuses to rewrite it") from None
 
 
+@contextmanager
+def _editable(workspace: Path, name: str, tool: str) -> Iterator[tuple[Walked, str, int]]:
+    """The file opened in its folder, its text (``file_text``) and its permission bits."""
+    with walked(workspace, name) as at:
+        with reader(at, name) as f:
+            raw = f.read(EDIT_MAX_FILE_BYTES + 1)
+            mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+        yield at, file_text(raw, name, tool), mode
+
+
+def _write_back(at: Walked, name: str, text: str, mode: int) -> None:
+    """Replace the file ``at`` holds with ``text``, atomically, keeping its permission bits."""
+    try:
+        at.replace(text.encode("utf-8"), mode)
+    except PermissionError:
+        raise ToolFailure(f"cannot write {name!r}: permission denied") from None
+    except OSError as exc:
+        raise ToolFailure(f"cannot write {name!r}: {exc.strerror or exc}") from None
+
+
+def edit(args: EditArgs, workspace: Path) -> str:
+    """Replace ``old_string`` with ``new_string``: exactly one occurrence, or all with ``replace_all``.
+
+    Fails clearly when ``old_string`` is missing or (without ``replace_all``)
+    not unique. Occurrences of ``old_string`` that lie inside an occurrence of
+    ``new_string`` count as already replaced; when none is left to replace and
+    ``new_string`` is present, the edit is reported as already applied and
+    nothing changes. That is what a repeat after a crash sees, so a repeat
+    never fails and never applies the edit twice; the one exception is a
+    repeated deletion (empty ``new_string``), which cannot be told from a
+    mistaken one and fails as "not found". A file with Windows line
+    ends is matched with the model's ``\\n`` read as ``\\r\\n``.
+    """
+    name = args.file_path
+    with _editable(workspace, name, "edit") as (at, text, mode):
+        old, new, starts = _matched(text, args.old_string, args.new_string, args.replace_all, name)
+        if not starts:
+            return (
+                f"already applied: {name} has no old_string left to replace and contains new_string; "
+                "nothing changed"
+            )
+        edited = _spliced(text, starts, old, new)
+        _write_back(at, name, edited, mode)
+    # Where the first replacement landed: nothing before it changed.
+    first = _line_of(text, starts[0])
+    snippet = _snippet(edited, first, new.count("\n"))
+    return f"edited {name}: replaced {_occurrences_said(starts)} (first at line {first})\n{snippet}"
+
+
 def multi_edit(args: MultiEditArgs, workspace: Path) -> str:
     """Apply ``args.edits`` in order to one file and write it once; all of them or none.
 
@@ -66,23 +127,14 @@ def multi_edit(args: MultiEditArgs, workspace: Path) -> str:
         ``ToolFailure`` naming the edit that cannot be made, with nothing written.
     """
     name = args.file_path
-    with _walked(workspace, name) as at:
-        with _reader(at, name) as f:
-            raw = f.read(EDIT_MAX_FILE_BYTES + 1)
-            mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
-        text = file_text(raw, name, "multi_edit")
+    with _editable(workspace, name, "multi_edit") as (at, text, mode):
         if _in_place(text, args.edits):
             return (
                 f"already applied: every edit is in place in {name} (no old_string left to replace, "
                 "the new text present); nothing changed"
             )
         edited, lines = _applied(text, args.edits, name)
-        try:
-            at.replace(edited.encode("utf-8"), mode)
-        except PermissionError:
-            raise ToolFailure(f"cannot write {name!r}: permission denied") from None
-        except OSError as exc:
-            raise ToolFailure(f"cannot write {name!r}: {exc.strerror or exc}") from None
+        _write_back(at, name, edited, mode)
     made = sum(1 for line in lines if "already applied" not in line)
     return f"edited {name}: {made} of {len(args.edits)} edits made\n" + "\n".join(lines)
 
@@ -92,34 +144,17 @@ def _applied(text: str, edits: tuple[StringEdit, ...], name: str) -> tuple[str, 
     lines: list[str] = []
     total = len(edits)
     for n, edit in enumerate(edits, 1):
-        old, new = edit.old_string, edit.new_string
-        if "\r\n" in text and "\r" not in old + new and not _pending(text, old, new):
-            old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
-        pending = _pending(text, old, new)
-        if not pending:
-            if new and new in text:
-                lines.append(f"edit {n}: already applied (no old_string left, new_string present)")
-                continue
-            raise ToolFailure(
-                f"edit {n} of {total} failed, so nothing was written: its old_string was not found in "
-                f"{name}{' after the edits before it' if n > 1 else ''}; it must match exactly, "
-                "whitespace and indentation included (read the file to copy the text)"
-            )
-        if len(pending) > 1 and not edit.replace_all:
-            at = ", ".join(str(_line_of(text, i)) for i in pending[:10])
-            raise ToolFailure(
-                f"edit {n} of {total} failed, so nothing was written: its old_string occurs "
-                f"{len(pending)} times in {name} (lines {at}); add surrounding lines to make it unique, "
-                "or set replace_all to true"
-            )
-        parts, last = [], 0
-        for i in pending:
-            parts += [text[last:i], new]
-            last = i + len(old)
-        first = _line_of(text, pending[0])
-        text = "".join([*parts, text[last:]])
-        count = f"{len(pending)} occurrences" if len(pending) > 1 else "1 occurrence"
-        lines.append(f"edit {n}: replaced {count} (first at line {first})")
+        failed = f"edit {n} of {total} failed, so nothing was written: its "
+        after = " after the edits before it" if n > 1 else ""
+        old, new, starts = _matched(
+            text, edit.old_string, edit.new_string, edit.replace_all, name, failed, after
+        )
+        if not starts:
+            lines.append(f"edit {n}: already applied (no old_string left, new_string present)")
+            continue
+        first = _line_of(text, starts[0])
+        text = _spliced(text, starts, old, new)
+        lines.append(f"edit {n}: replaced {_occurrences_said(starts)} (first at line {first})")
     return text, lines
 
 
@@ -154,17 +189,92 @@ def _pairs_in_place(text: str, pairs: list[tuple[str, str]]) -> bool:
 
 def _uncovered(text: str, old: str, covers: list[str]) -> bool:
     """Whether ``old`` occurs in ``text`` other than inside an occurrence of one of ``covers``."""
+    return bool(_outside(text, old, covers))
+
+
+def _matched(
+    text: str, old: str, new: str, replace_all: bool, name: str, failed: str = "", after: str = ""
+) -> tuple[str, str, list[int]]:
+    """One edit matched in ``text``: its strings (``\\n`` read as ``\\r\\n`` in a file with Windows
+    line ends, unless that finds nothing more) and the occurrences of ``old`` still to replace,
+    none when the edit is already applied; ``ToolFailure`` when ``old`` is not found or (without
+    ``replace_all``) not unique, the message starting with ``failed`` and naming the file with
+    ``after``."""
+    if "\r\n" in text and "\r" not in old + new and not _pending(text, old, new):
+        old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
+    starts = _pending(text, old, new)
+    if not starts:
+        if new and new in text:
+            return old, new, []
+        # A deletion (empty new_string) that already happened looks the same: nothing shows it was done.
+        raise ToolFailure(
+            f"{failed}old_string was not found in {name}{after}; it must match exactly, whitespace and "
+            "indentation included (read the file to copy the text)"
+        )
+    if len(starts) > 1 and not replace_all:
+        lines = ", ".join(str(_line_of(text, i)) for i in starts[:10])
+        raise ToolFailure(
+            f"{failed}old_string occurs {len(starts)} times in {name} (lines {lines}); add surrounding "
+            "lines to make it unique, or set replace_all to true"
+        )
+    return old, new, starts
+
+
+def _spliced(text: str, starts: list[int], old: str, new: str) -> str:
+    """``text`` with ``new`` in place of the occurrences of ``old`` at ``starts``."""
+    parts, last = [], 0
+    for i in starts:
+        parts += [text[last:i], new]
+        last = i + len(old)
+    return "".join([*parts, text[last:]])
+
+
+def _occurrences_said(starts: list[int]) -> str:
+    return f"{len(starts)} occurrences" if len(starts) > 1 else "1 occurrence"
+
+
+def _occurrences(text: str, needle: str) -> list[int]:
+    """Start offsets of ``needle`` in ``text``, left to right, not overlapping (as ``str.replace``)."""
+    found, i = [], text.find(needle)
+    while i != -1:
+        found.append(i)
+        i = text.find(needle, i + len(needle))
+    return found
+
+
+def _outside(text: str, old: str, covers: list[str]) -> list[int]:
+    """Occurrences of ``old`` in ``text`` not inside an occurrence of one of ``covers``."""
     starts = _occurrences(text, old)
     if not starts:
-        return False
+        return starts
     spans = [(cover, _occurrences(text, cover)) for cover in covers if old in cover]
+    outside = []
     for i in starts:
-        inside = False
-        for cover, at in spans:
-            k = bisect.bisect_right(at, i) - 1
-            if k >= 0 and i + len(old) <= at[k] + len(cover):
-                inside = True
-                break
-        if not inside:
-            return True
-    return False
+        if not any(
+            (k := bisect.bisect_right(at, i) - 1) >= 0 and i + len(old) <= at[k] + len(cover)
+            for cover, at in spans
+        ):
+            outside.append(i)
+    return outside
+
+
+def _pending(text: str, old: str, new: str) -> list[int]:
+    """Occurrences of ``old`` still to replace: those not inside an occurrence of ``new``.
+
+    Only matters when ``new`` contains ``old``: after ``foo`` → ``foo()`` the
+    file still contains ``foo``, and a repeat must not make it ``foo()()``.
+    """
+    return _outside(text, old, [new])
+
+
+def _line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def _snippet(text: str, first_line: int, changed_lines: int) -> str:
+    lines = text.split("\n")
+    start = max(1, first_line - 2)
+    stop = min(len(lines), first_line + changed_lines + 1, start + EDIT_SNIPPET_LINES - 1)
+    return "\n".join(
+        f"{n:>6}\t{lines[n - 1][:EDIT_SNIPPET_CHARS].rstrip(chr(13))}" for n in range(start, stop + 1)
+    )

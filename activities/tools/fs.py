@@ -1,4 +1,5 @@
-"""The file tools: ``read``, ``write``, ``edit`` and ``ls``, each confined to the workspace.
+"""The file tools ``read``, ``write`` and ``ls``, each confined to the workspace, and how the
+file tools reach a file (``walked``, ``reader``).
 
 They block, so ``builtin_tools`` runs them in a thread. What a repeat does
 (Temporal runs activities at least once):
@@ -6,15 +7,12 @@ They block, so ``builtin_tools`` runs them in a thread. What a repeat does
 - ``read`` and ``ls`` only read: a repeat answers from the files as they are.
 - ``write`` replaces the file atomically with the same content: harmless, and
   reported as "already had this content".
-- ``edit`` reports "already applied" when ``old_string`` is gone (apart from
-  copies inside ``new_string``) and ``new_string`` is present, so a retried
-  edit neither fails nor applies twice; a retried deletion (empty
-  ``new_string``) fails as "not found", as nothing shows it was done.
+
+``edit`` and ``multi_edit`` are in ``edits.py``.
 """
 
 from __future__ import annotations
 
-import bisect
 import os
 import stat
 from collections.abc import Iterator
@@ -26,11 +24,9 @@ from durable_agent.activities.tools.beneath import Walked, walk
 from durable_agent.activities.tools.tool import ToolContent, ToolFailure
 from durable_agent.core.images import IMAGE_MAX_BYTES, MediaType, image_block, sniff_media_type
 from durable_agent.core.tool_args import (
-    EDIT_MAX_FILE_BYTES,
     LS_MAX_ENTRIES,
     READ_MAX_BYTES,
     READ_MAX_LINE_CHARS,
-    EditArgs,
     LsArgs,
     ReadArgs,
     WriteArgs,
@@ -40,8 +36,6 @@ from durable_agent.core.tool_args import (
 BINARY_SNIFF_BYTES = 8192
 # Past the shown lines, ``read`` counts the rest of the file up to this much, to say how much is left.
 READ_COUNT_BYTES = 32 * 1024 * 1024
-EDIT_SNIPPET_LINES = 12
-EDIT_SNIPPET_CHARS = 200
 
 # The longest line prefix ``read`` keeps in memory: enough for READ_MAX_LINE_CHARS of UTF-8.
 _LINE_PREFIX_BYTES = READ_MAX_LINE_CHARS * 4
@@ -52,9 +46,20 @@ def is_binary(head: bytes) -> bool:
     return b"\0" in head[:BINARY_SNIFF_BYTES]
 
 
-def _reader(at: Walked, shown: str) -> BinaryIO:
+def reader(at: Walked, shown: str) -> BinaryIO:
     """The walked file, for reading; a folder, pipe or device is a clear failure, never a hang
-    (``walk`` opened it without blocking)."""
+    (``walk`` opened it without blocking).
+
+    Args:
+        at: The path as ``walked`` opened it.
+        shown: The path as the model gave it, for the messages.
+
+    Returns:
+        The file, opened for reading (the caller closes it).
+
+    Raises:
+        ToolFailure: It does not exist, or is not a regular file.
+    """
     if at.fd is None:
         raise ToolFailure(f"file {shown!r} does not exist")
     if at.is_folder():
@@ -65,8 +70,20 @@ def _reader(at: Walked, shown: str) -> BinaryIO:
 
 
 @contextmanager
-def _walked(workspace: Path, path: str, *, make_folders: bool = False) -> Iterator[Walked]:
-    """``walk`` with the failures of the folders on the way said as the tools say them."""
+def walked(workspace: Path, path: str, *, make_folders: bool = False) -> Iterator[Walked]:
+    """``walk`` with the failures of the folders on the way said as the tools say them.
+
+    Args:
+        workspace: The run's workspace.
+        path: The path as the model gave it.
+        make_folders: Create the missing folders on the way (to write a file).
+
+    Returns:
+        A context that gives the path, opened (``beneath.Walked``).
+
+    Raises:
+        ToolFailure: A folder on the way is missing, a file, or not ours to enter.
+    """
     try:
         with walk(workspace, path, make_folders=make_folders) as at:
             yield at
@@ -129,7 +146,7 @@ def read(args: ReadArgs, workspace: Path) -> str | ToolContent:
     ``READ_MAX_LINE_CHARS``, saying so and how to read on; reports a binary
     file instead of showing it. Only reads, so a repeat changes nothing.
     """
-    with _walked(workspace, args.file_path) as at, _reader(at, args.file_path) as f:
+    with walked(workspace, args.file_path) as at, reader(at, args.file_path) as f:
         head = f.read(BINARY_SNIFF_BYTES)
         media_type = sniff_media_type(head)
         if media_type is not None:
@@ -192,7 +209,7 @@ def write(args: WriteArgs, workspace: Path) -> str:
     """
     data = args.content.encode("utf-8")
     try:
-        with _walked(workspace, args.file_path, make_folders=True) as at:
+        with walked(workspace, args.file_path, make_folders=True) as at:
             if at.fd is None:
                 if at.create(data):
                     return f"created {args.file_path} ({len(data)} bytes written)"
@@ -216,123 +233,12 @@ def write(args: WriteArgs, workspace: Path) -> str:
     return f"replaced {args.file_path} ({len(data)} bytes written; it had {st.st_size} bytes)"
 
 
-def _occurrences(text: str, needle: str) -> list[int]:
-    """Start offsets of ``needle`` in ``text``, left to right, not overlapping (as ``str.replace``)."""
-    found, i = [], text.find(needle)
-    while i != -1:
-        found.append(i)
-        i = text.find(needle, i + len(needle))
-    return found
-
-
-def _pending(text: str, old: str, new: str) -> list[int]:
-    """Occurrences of ``old`` still to replace: those not inside an occurrence of ``new``.
-
-    Only matters when ``new`` contains ``old``: after ``foo`` → ``foo()`` the
-    file still contains ``foo``, and a repeat must not make it ``foo()()``.
-    """
-    starts = _occurrences(text, old)
-    if old not in new:
-        return starts
-    spans = _occurrences(text, new)
-    pending = []
-    for i in starts:
-        k = bisect.bisect_right(spans, i) - 1
-        if not (k >= 0 and i + len(old) <= spans[k] + len(new)):
-            pending.append(i)
-    return pending
-
-
-def _line_of(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
-
-
-def _snippet(text: str, first_line: int, changed_lines: int) -> str:
-    lines = text.split("\n")
-    start = max(1, first_line - 2)
-    stop = min(len(lines), first_line + changed_lines + 1, start + EDIT_SNIPPET_LINES - 1)
-    return "\n".join(
-        f"{n:>6}\t{lines[n - 1][:EDIT_SNIPPET_CHARS].rstrip(chr(13))}" for n in range(start, stop + 1)
-    )
-
-
-def edit(args: EditArgs, workspace: Path) -> str:
-    """Replace ``old_string`` with ``new_string``: exactly one occurrence, or all with ``replace_all``.
-
-    Fails clearly when ``old_string`` is missing or (without ``replace_all``)
-    not unique. Occurrences of ``old_string`` that lie inside an occurrence of
-    ``new_string`` count as already replaced; when none is left to replace and
-    ``new_string`` is present, the edit is reported as already applied and
-    nothing changes. That is what a repeat after a crash sees, so a repeat
-    never fails and never applies the edit twice; the one exception is a
-    repeated deletion (empty ``new_string``), which cannot be told from a
-    mistaken one and fails as "not found". A file with Windows line
-    ends is matched with the model's ``\\n`` read as ``\\r\\n``.
-    """
-    name = args.file_path
-    with _walked(workspace, name) as at:
-        with _reader(at, name) as f:
-            raw = f.read(EDIT_MAX_FILE_BYTES + 1)
-            mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
-        return _edited(at, args, raw, mode)
-
-
-def _edited(at: Walked, args: EditArgs, raw: bytes, mode: int) -> str:
-    """The edit of the file ``at`` holds ``raw`` (see ``edit``), written back in its folder."""
-    name = args.file_path
-    if len(raw) > EDIT_MAX_FILE_BYTES:
-        raise ToolFailure(f"{name!r} is larger than {EDIT_MAX_FILE_BYTES} bytes; edit refuses files that big")
-    if is_binary(raw):
-        raise ToolFailure(f"{name!r} is a binary file; edit only changes text files")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ToolFailure(f"{name!r} is not UTF-8 text; edit refuses to rewrite it") from None
-    old, new = args.old_string, args.new_string
-    if "\r\n" in text and "\r" not in old + new and not _pending(text, old, new):
-        old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
-    pending = _pending(text, old, new)
-    if not pending:
-        if new and new in text:
-            return (
-                f"already applied: {name} has no old_string left to replace and contains new_string; "
-                "nothing changed"
-            )
-        # A deletion (empty new_string) that already happened looks the same: nothing shows it was done.
-        raise ToolFailure(
-            f"old_string was not found in {name}; it must match exactly, whitespace and indentation "
-            "included (read the file to copy the text)"
-        )
-    if len(pending) > 1 and not args.replace_all:
-        lines = ", ".join(str(_line_of(text, i)) for i in pending[:10])
-        raise ToolFailure(
-            f"old_string occurs {len(pending)} times in {name} (lines {lines}); add surrounding lines "
-            "to make it unique, or set replace_all to true"
-        )
-    parts, last = [], 0
-    for i in pending:
-        parts += [text[last:i], new]
-        last = i + len(old)
-    edited = "".join([*parts, text[last:]])
-    try:
-        at.replace(edited.encode("utf-8"), mode)
-    except PermissionError:
-        raise ToolFailure(f"cannot write {name!r}: permission denied") from None
-    except OSError as exc:
-        raise ToolFailure(f"cannot write {name!r}: {exc.strerror or exc}") from None
-    # Where the first replacement landed in the edited text: earlier ones shift nothing before it.
-    first = _line_of(edited, pending[0])
-    count = f"{len(pending)} occurrences" if len(pending) > 1 else "1 occurrence"
-    snippet = _snippet(edited, first, new.count("\n"))
-    return f"edited {name}: replaced {count} (first at line {first})\n{snippet}"
-
-
 def ls(args: LsArgs, workspace: Path) -> str:
     """A folder's entries, sorted: kind, name, size (links shown with their target), bounded.
 
     Only reads, so a repeat changes nothing.
     """
-    with _walked(workspace, args.path) as at:
+    with walked(workspace, args.path) as at:
         if at.fd is None:
             raise ToolFailure(f"folder {args.path!r} does not exist")
         if not at.is_folder():

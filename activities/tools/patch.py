@@ -40,7 +40,7 @@ from pathlib import Path
 
 from durable_agent.activities.tools.beneath import walk
 from durable_agent.activities.tools.edits import file_text
-from durable_agent.activities.tools.fs import _walked
+from durable_agent.activities.tools.fs import walked
 from durable_agent.activities.tools.tool import ToolFailure
 from durable_agent.core.patch_format import AddFile, DeleteFile, Hunk, UpdateFile, parse_patch
 from durable_agent.core.tool_args import EDIT_MAX_FILE_BYTES, ApplyPatchArgs
@@ -297,7 +297,7 @@ def _write(workspace: Path, file: _File, written: list[str]) -> None:
     """Write ``file.after``: replace the file (if it still holds what was read) or create it."""
     assert file.after is not None
     try:
-        with _walked(workspace, file.path, make_folders=True) as at:
+        with walked(workspace, file.path, make_folders=True) as at:
             if file.before is None:
                 if at.fd is not None:
                     raise _midway(file, written, "it appeared while the patch was applied")
@@ -321,7 +321,7 @@ def _write(workspace: Path, file: _File, written: list[str]) -> None:
 def _remove(workspace: Path, file: _File, written: list[str]) -> None:
     """Delete the file (gone already: nothing to do)."""
     try:
-        with _walked(workspace, file.path) as at:
+        with walked(workspace, file.path) as at:
             if at.fd is None:
                 return
             if at.is_folder():

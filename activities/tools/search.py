@@ -14,10 +14,8 @@ from the folder it was found in with ``O_NOFOLLOW``, and a link is followed only
 by reading it and reaching its target the same way. What is opened is then
 judged: ``grep`` reads a file only when no explicit ``read`` deny rule covers the
 path it was found at nor the path it was opened at, and ``glob`` judges its
-pattern as reached with the call's rules (``path_guard.check_opened``). A walk
-holds at most ``OPEN_FOLDERS`` folders open (those on its way down); deeper,
-it opens the farthest up again, by name and without following links, when it
-comes back to them.
+pattern as reached with the call's rules (``path_guard.check_opened``). The
+walk itself is ``tree_walk.Walk``.
 
 No input makes a search stall its worker. Patterns run on RE2 (linear in the
 text, GIL released); grep refuses patterns that compile too large and matches
@@ -37,12 +35,9 @@ import os
 import re
 import stat
 import threading
-import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
 import re2
 
@@ -51,6 +46,7 @@ from durable_agent.activities.tools.fs import is_binary
 from durable_agent.activities.tools.grep_lines import candidates, scanner
 from durable_agent.activities.tools.path_guard import READ_DENIED, check_opened
 from durable_agent.activities.tools.tool import ToolFailure
+from durable_agent.activities.tools.tree_walk import Walk, prefix_of, reached
 from durable_agent.core.globs import GlobError, compile_glob
 from durable_agent.core.tool_args import (
     GLOB_MAX_RESULTS,
@@ -58,19 +54,12 @@ from durable_agent.core.tool_args import (
     GREP_MAX_FILE_BYTES,
     GREP_MAX_LINE_CHARS,
     GREP_MAX_MATCHES,
-    SEARCH_MAX_SECONDS,
-    WALK_MAX_ENTRIES,
     GlobArgs,
     GrepArgs,
     grep_regex,
 )
 
-VCS_FOLDERS = frozenset({".git", ".hg", ".svn"})
-# Folders a walk holds open at once: those on its way down. Deeper, the farthest up are closed,
-# and opened again by name (never through a link) when the walk comes back to them.
-OPEN_FOLDERS: Final = 32
 _MAGIC = re.compile(r"[*?\[{]")
-_LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def glob_regex(pattern: str) -> re2._Regexp[str]:
@@ -85,217 +74,6 @@ def glob_regex(pattern: str) -> re2._Regexp[str]:
         return compile_glob(pattern, extended=True)
     except GlobError as exc:
         raise ToolFailure(str(exc)) from None
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One entry a walk found."""
-
-    relative: str  # to the folder walked, "/"-separated
-    is_folder: bool  # for a link: whether it leads to a folder
-    name: str
-    folder_fd: int  # the open folder it is in: valid only until the walk moves on
-    regular: bool = False  # a regular file (for a link: it leads to one), as the walk saw it
-    target: Walked | None = None  # a link: what it leads to, opened; valid until the walk moves on
-
-
-@dataclass
-class _Frame:
-    """A folder on the walk's way down: where it is, and the subfolders of it left to walk."""
-
-    name: str  # in the folder above ("" for the folder walked)
-    relative: str  # to the folder walked
-    depth: int
-    fd: int | None  # None: closed to bound the descriptors held; opened again by name if needed
-    below: list[str] | None = None  # subfolders left to walk, the next last; None until listed
-
-
-@dataclass
-class Walk:
-    """A bounded, stoppable walk below a folder of the workspace.
-
-    It stops at ``WALK_MAX_ENTRIES`` entries (``cut``), after
-    ``SEARCH_MAX_SECONDS`` (``timed_out``) and as soon as ``stop`` is set: the
-    thread a search runs in cannot be interrupted, so it must look often.
-    """
-
-    root: Path  # the workspace, resolved
-    stop: threading.Event
-    visited: int = 0
-    cut: bool = False  # stopped at WALK_MAX_ENTRIES
-    timed_out: bool = False
-    deadline: float = field(default_factory=lambda: time.monotonic() + SEARCH_MAX_SECONDS)
-
-    def stopped(self) -> bool:
-        """Whether to stop now: cancelled, or out of time."""
-        if self.stop.is_set():
-            return True
-        if time.monotonic() > self.deadline:
-            self.timed_out = True
-        return self.timed_out
-
-    def entries(self, base: Path, max_depth: int | None = None) -> Iterator[Entry]:
-        """Everything under the folder ``base`` of the workspace (see ``below``); nothing when
-        it is not a folder."""
-        with Beneath(self.root) as space, _reached(space, str(base)) as start:
-            if start is not None and start.is_folder():
-                yield from self.below(space, start, max_depth)
-
-    def below(self, space: Beneath, start: Walked, max_depth: int | None = None) -> Iterator[Entry]:
-        """Everything under the folder ``start`` (reached in ``space``), folder by folder in
-        name order.
-
-        Each folder is opened from the open folder above it, without following a link, and
-        its entries reached through it: what the walk lists is what lies at the path it
-        walked, whatever links change meanwhile, and a deep tree costs no more per entry than
-        a flat one. A link is listed with the kind of what it leads to, reached from the
-        workspace as the tools reach a path (``Beneath.reach``), but never entered; a link
-        leading outside the workspace, or nowhere, is left out.
-        """
-        try:
-            top = os.open(".", _LIST, dir_fd=start.fd)
-        except OSError:
-            return  # unreadable, or removed meanwhile
-        frames = [_Frame("", "", 1, top)]
-        prefix = _prefix(start.relative)
-        try:
-            while frames:
-                frame = frames[-1]
-                if frame.below is None:
-                    frame.below = []
-                    yield from self._listed(space, frame, prefix, max_depth)
-                    if self.cut or self.stopped():
-                        return
-                    frame.below.reverse()
-                    continue
-                if not frame.below:
-                    frames.pop()
-                    if frame.fd is not None:
-                        os.close(frame.fd)
-                    continue
-                name = frame.below.pop()
-                folder = frame.fd if frame.fd is not None else _reopened(frames, start)
-                if folder is None:  # the way back to it changed: its other subfolders are not walked
-                    frame.below.clear()
-                    continue
-                try:
-                    # O_NOFOLLOW: a folder swapped for a link since it was listed is not entered.
-                    fd = os.open(name, _LIST | os.O_NOFOLLOW, dir_fd=folder)
-                except OSError:
-                    continue  # unreadable, removed meanwhile, or a link now
-                frames.append(_Frame(name, _joined(frame.relative, name), frame.depth + 1, fd))
-                farthest = frames[-1 - OPEN_FOLDERS] if len(frames) > OPEN_FOLDERS else None
-                if farthest is not None and farthest.fd is not None:
-                    os.close(farthest.fd)
-                    farthest.fd = None
-        finally:
-            for frame in frames:
-                if frame.fd is not None:
-                    os.close(frame.fd)
-
-    def _listed(self, space: Beneath, frame: _Frame, prefix: str, max_depth: int | None) -> Iterator[Entry]:
-        """The entries of the open folder ``frame``, in name order; its subfolders to walk go to
-        ``frame.below``."""
-        assert frame.fd is not None and frame.below is not None
-        for item in self._listing(frame.fd):
-            if self.stopped():
-                return
-            name = item.name
-            inner = _joined(frame.relative, name)
-            try:
-                if item.is_symlink():
-                    with _reached(space, prefix + inner) as target:
-                        if target is not None and target.fd is not None:
-                            mode = os.fstat(target.fd).st_mode
-                            yield Entry(inner, stat.S_ISDIR(mode), name, frame.fd, stat.S_ISREG(mode), target)
-                elif item.is_dir(follow_symlinks=False):
-                    yield Entry(inner, True, name, frame.fd)
-                    if name not in VCS_FOLDERS and (max_depth is None or frame.depth < max_depth):
-                        frame.below.append(name)
-                else:
-                    yield Entry(inner, False, name, frame.fd, item.is_file(follow_symlinks=False))
-            except OSError:
-                continue
-
-    def _listing(self, fd: int) -> list[os.DirEntry[str]]:
-        """A folder's entries in name order, read no further than the walk may go.
-
-        Counting while reading, not after, keeps a folder of millions of
-        entries from being read (and sorted) whole before the bound applies.
-        """
-        items: list[os.DirEntry[str]] = []
-        try:
-            with os.scandir(fd) as listing:
-                for item in listing:
-                    if self.visited >= WALK_MAX_ENTRIES:
-                        self.cut = True
-                        break
-                    if self.stopped():
-                        break
-                    self.visited += 1
-                    items.append(item)
-        except OSError:
-            pass  # what was read before the error is listed
-        items.sort(key=lambda e: e.name)
-        return items
-
-
-def _reopened(frames: list[_Frame], start: Walked) -> int | None:
-    """The last frame's folder, opened again one name at a time from the folder walked (no link
-    followed), and the ``OPEN_FOLDERS`` folders above it kept open on the way; None when
-    something on the way is no longer a folder."""
-    keep = len(frames) - OPEN_FOLDERS
-    here, passing = start.fd, None  # ``passing``: a folder on the way that no frame keeps
-    try:
-        for i, frame in enumerate(frames):
-            if frame.fd is not None:
-                here = frame.fd
-                continue
-            flags = _LIST | os.O_NOFOLLOW if frame.name else _LIST
-            opened = os.open(frame.name or ".", flags, dir_fd=here)
-            if passing is not None:
-                os.close(passing)
-                passing = None
-            if i >= keep:
-                frame.fd = opened
-            else:
-                passing = opened
-            here = opened
-    except OSError:
-        return None
-    finally:
-        if passing is not None:
-            os.close(passing)
-    return frames[-1].fd
-
-
-@contextmanager
-def _reached(space: Beneath, path: str, *, start: bool = False) -> Iterator[Walked | None]:
-    """``space.reach(path)``; None when a folder on its way is missing, a file, or closed to the
-    worker, or (unless it is where a search ``start``s, which is refused with a ``ToolFailure``)
-    when it leads outside the workspace or loops."""
-    with ExitStack() as held:
-        try:
-            at: Walked | None = held.enter_context(space.reach(path))
-        except OSError:
-            at = None
-        except ToolFailure:
-            if start:
-                raise
-            at = None
-        yield at
-
-
-def _joined(folder: str, name: str) -> str:
-    return f"{folder}/{name}" if folder else name
-
-
-def _cut_note(walk: Walk) -> list[str]:
-    if walk.timed_out:
-        return [f"[search stopped after {SEARCH_MAX_SECONDS} s; results are incomplete: narrow it down]"]
-    if not walk.cut:
-        return []
-    return [f"[search stopped after {WALK_MAX_ENTRIES} entries; results are incomplete: narrow it down]"]
 
 
 def glob(args: GlobArgs, workspace: Path, stop: threading.Event) -> str:
@@ -316,7 +94,7 @@ def glob(args: GlobArgs, workspace: Path, stop: threading.Event) -> str:
     # An absolute pattern keeps its leading "/": reaching it decides whether it is inside.
     base_text = "/".join(segments[:plain]) or ("/" if plain else ".")
     rest = segments[plain:]
-    with _space(workspace) as space, _reached(space, base_text, start=True) as base:
+    with _space(workspace) as space, reached(space, base_text, start=True) as base:
         if base is not None and base.fd is not None:
             check_opened("/".join([*([] if base.relative == "." else [base.relative]), *rest]) or ".")
         if plain == len(segments):  # no wildcard: the pattern names one path
@@ -328,18 +106,18 @@ def glob(args: GlobArgs, workspace: Path, stop: threading.Event) -> str:
         regex = glob_regex("/".join(rest))
         walk = Walk(space.root, stop)
         depth = None if any("**" in s for s in rest) else len(rest)
-        prefix = _prefix(base.relative)
+        prefix = prefix_of(base.relative)
         found = sorted(
             prefix + entry.relative + ("/" if entry.is_folder else "")
             for entry in walk.below(space, base, depth)
             if (entry.is_folder or not folders_only) and regex.fullmatch(entry.relative)
         )
     if not found:
-        return "\n".join([f"no paths match {pattern!r}", *_cut_note(walk)])
+        return "\n".join([f"no paths match {pattern!r}", *walk.cut_note()])
     lines = found[:GLOB_MAX_RESULTS]
     if len(found) > GLOB_MAX_RESULTS:
         lines.append(f"[{len(found) - GLOB_MAX_RESULTS} more paths not shown; narrow the pattern]")
-    return "\n".join([*lines, *_cut_note(walk)])
+    return "\n".join([*lines, *walk.cut_note()])
 
 
 def _space(workspace: Path) -> Beneath:
@@ -348,11 +126,6 @@ def _space(workspace: Path) -> Beneath:
         return Beneath(workspace)
     except OSError as exc:
         raise ToolFailure(f"the workspace cannot be opened: {exc.strerror or exc}") from None
-
-
-def _prefix(relative: str) -> str:
-    """What goes before a path relative to the folder at ``relative`` to make it relative to the workspace."""
-    return "" if relative == "." else relative + "/"
 
 
 def _shown(relative: str, is_folder: bool) -> str:
@@ -377,7 +150,7 @@ def _files(walk: Walk, space: Beneath, start: Walked) -> Iterator[_File]:
         regular = stat.S_ISREG(os.fstat(start.fd).st_mode) if start.fd is not None else False
         yield _File(start.relative, start.name, start.folder, start.name, regular)
         return
-    prefix = _prefix(start.relative)
+    prefix = prefix_of(start.relative)
     for e in walk.below(space, start):
         if e.is_folder:
             continue
@@ -406,7 +179,7 @@ def grep(args: GrepArgs, workspace: Path, stop: threading.Event) -> str:
     path it was opened at: a link flipped meanwhile never makes it read a file outside
     the workspace, nor one an explicit ``read`` deny rule covers.
     """
-    with _space(workspace) as space, _reached(space, args.path, start=True) as start:
+    with _space(workspace) as space, reached(space, args.path, start=True) as start:
         return _grep(args, space, start, stop)
 
 
@@ -472,7 +245,7 @@ def _grep(args: GrepArgs, space: Beneath, start: Walked | None, stop: threading.
             f"[{partial} line(s) longer than {match_chars} characters were searched in their first "
             f"{match_chars} characters only]"
         )
-    notes += _cut_note(walk)
+    notes += walk.cut_note()
     if not matches:
         return "\n".join([f"no matches for {args.pattern!r} ({searched} file(s) searched)", *notes])
     return "\n".join([*matches, *notes])

@@ -13,7 +13,7 @@ search ends instead of running on in its thread, and run in threads of their
 own so that searches never hold up the other tools.
 
 Temporal runs activities at least once, so any tool call may run again after
-a worker crash; ``durable_agent.core.tool_specs`` documents what each repeat does.
+a worker crash; ``durable_agent.core.builtin_catalog`` documents what each repeat does.
 """
 
 from __future__ import annotations

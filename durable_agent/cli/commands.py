@@ -93,6 +93,19 @@ def budget_options(run: argparse.ArgumentParser) -> None:
     )
 
 
+def instruction_options(run: argparse.ArgumentParser) -> None:
+    """Add ``--instructions`` and ``--instructions-file`` (one or the other).
+
+    Args:
+        run: The parser of a command that starts a run (``run``, ``resume``, ``chat``).
+    """
+    given = run.add_mutually_exclusive_group()
+    given.add_argument("--instructions", metavar="TEXT", help="text added to the run's system prompt")
+    given.add_argument(
+        "--instructions-file", dest="instructions", type=_text_file, metavar="FILE", help="... read from FILE"
+    )
+
+
 def _run_options(run: argparse.ArgumentParser) -> None:
     """The options of a new run, shared by ``run`` and ``resume``."""
     run.add_argument("--workspace", help="a folder on the worker's machine (default: the worker's)")
@@ -107,11 +120,7 @@ def _run_options(run: argparse.ArgumentParser) -> None:
         run.add_argument(f"--{kind}", action="append", metavar="RULE", help=f"{kind} rule, e.g. 'read(**)'")
     run.add_argument("--default", choices=("allow", "deny", "ask"), help="decision when no rule matches")
     budget_options(run)
-    given = run.add_mutually_exclusive_group()
-    given.add_argument("--instructions", metavar="TEXT", help="text added to the run's system prompt")
-    given.add_argument(
-        "--instructions-file", dest="instructions", type=_text_file, metavar="FILE", help="... read from FILE"
-    )
+    instruction_options(run)
     run.add_argument(
         "--output-schema",
         type=_json_object_file,
@@ -228,6 +237,7 @@ def _add_conversation_commands(sub: argparse._SubParsersAction[argparse.Argument
         chat.add_argument(f"--{kind}", action="append", metavar="RULE", help=f"{kind} rule")
     chat.add_argument("--default", choices=("allow", "deny", "ask"), help="decision when no rule matches")
     budget_options(chat)
+    instruction_options(chat)
     chat.set_defaults(func=Handler("conversation", "cmd_chat"))
     for name, text in (
         ("prompt", "the next prompt of a run that waits for one (update)"),

@@ -62,6 +62,7 @@ async def _chat(args: argparse.Namespace) -> int:
             "session_id": args.session_id,
             "follow_ups": True,
             "permissions": policy_arg(args),
+            "instructions": args.instructions,
             **budget_fields(args),
         }
         try:

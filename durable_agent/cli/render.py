@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.core.models import (
     BudgetExhaustedEvent,
     CheckpointExportedEvent,
@@ -35,7 +37,6 @@ from durable_agent.core.models import (
 from durable_agent.core.run_api import AgentRunResult, Budget, RunStatusView
 from durable_agent.core.subagents import ChildRun
 from durable_agent.core.todo_list import checklist_lines, summary
-from durable_agent.core.tool_specs import BUILTIN_TOOLS
 
 DIGEST_HEX_SHOWN = 16
 
@@ -187,62 +188,72 @@ class EventPrinter:
                 if live is not None:
                     self._close_text()
                 self._text(event.text)
-        elif isinstance(event, ThinkingEvent):
-            # the model's reasoning, marked as such and kept short: it is not the answer
-            self._line(f"∴ thinking: {_one_line(event.text)}")
-        elif isinstance(event, RunStartEvent):
-            self._line(f"▶ run started with model {event.model}")
-        elif isinstance(event, ToolStartEvent):
-            target = main_argument(event.name, event.input)
-            self._line(f"→ {event.name} {target}".rstrip())
-        elif isinstance(event, ToolEndEvent):
-            if event.is_error:
-                self._line(f"← error: {_one_line(event.output)}")
-            else:
-                lines = len(event.output.splitlines())
-                more = "+" if event.output_chars > len(event.output) else ""
-                self._line(f"← ok ({lines}{more} line{'' if lines == 1 else 's'})")
-        elif isinstance(event, PermissionDeniedEvent):
-            self._line(f"⊘ {event.name}: {event.reason}")
-        elif isinstance(event, CheckpointExportedEvent):
-            self._line(f"✓ export turn {event.turn} acknowledged {short_digest(event.content_digest)}")
-        elif isinstance(event, CheckpointExportFailedEvent):
-            self._line(f"✗ export turn {event.turn} failed: {event.reason}")
-        elif isinstance(event, PersistenceFailedEvent):
-            self._line(f"! checkpoint {event.operation} failed at turn {event.turn}: {event.reason}")
-        elif isinstance(event, ErrorEvent):
-            self._line(f"! error: {event.message}")
-        elif isinstance(event, UserMessageEvent):
-            label = {
-                "follow_up": "prompt",
-                "steer": "steer",
-                "resume_prompt": "resume prompt",
-                "output_retry": "asked for final_result",
-            }[event.kind]
-            self._line(f"» {label}: {_one_line(event.text)}")
-        elif isinstance(event, BudgetExhaustedEvent):
-            used = Budget(budget=event.budget, used=event.used, limit=event.limit)
-            self._line(f"$ budget exhausted: {budget_line(used)}; the run stops here")
-        elif isinstance(event, ToolsUnavailableEvent):
-            left_out = f"{len(event.tools)} tools left out"
-            self._line(f"! MCP server {event.server} unavailable this step ({event.reason}): {left_out}")
-        elif isinstance(event, HookRunEvent):
-            self._line(hook_line(event))
-        elif isinstance(event, TodoEvent):
-            self._line(f"☰ plan: {summary(event.todos)}")
-            for line in checklist_lines(event.todos):
-                self._line(f"  {line}")
-        elif isinstance(event, FinalResultEvent):
-            self._line(f"✓ final result: {_one_line(json.dumps(event.output, ensure_ascii=False))}")
-        elif isinstance(event, SubagentStartEvent | SubagentEndEvent):
-            self._line(subagent_line(event))
-        elif isinstance(event, EndEvent):
-            self._line(f"■ run ended: {event.status}")
+        else:
+            for line in _lines(event):
+                self._line(line)
 
     def finish(self) -> None:
         """End a pending line of model text."""
         self._close_text()
         self.out.flush()
+
+
+def _tool_end(event: ToolEndEvent) -> str:
+    if event.is_error:
+        return f"← error: {_one_line(event.output)}"
+    lines = len(event.output.splitlines())
+    more = "+" if event.output_chars > len(event.output) else ""
+    return f"← ok ({lines}{more} line{'' if lines == 1 else 's'})"
+
+
+_PROMPT_LABELS = {
+    "follow_up": "prompt",
+    "steer": "steer",
+    "resume_prompt": "resume prompt",
+    "output_retry": "asked for final_result",
+}
+
+# What each event prints, a line or several; an event not here prints nothing. The model's
+# reasoning is marked as such and kept short: it is not the answer.
+_FORMATS: dict[type[Any], Callable[[Any], str | list[str]]] = {
+    ThinkingEvent: lambda e: f"∴ thinking: {_one_line(e.text)}",
+    RunStartEvent: lambda e: f"▶ run started with model {e.model}",
+    ToolStartEvent: lambda e: f"→ {e.name} {main_argument(e.name, e.input)}".rstrip(),
+    ToolEndEvent: _tool_end,
+    PermissionDeniedEvent: lambda e: f"⊘ {e.name}: {e.reason}",
+    CheckpointExportedEvent: lambda e: (
+        f"✓ export turn {e.turn} acknowledged {short_digest(e.content_digest)}"
+    ),
+    CheckpointExportFailedEvent: lambda e: f"✗ export turn {e.turn} failed: {e.reason}",
+    PersistenceFailedEvent: lambda e: f"! checkpoint {e.operation} failed at turn {e.turn}: {e.reason}",
+    ErrorEvent: lambda e: f"! error: {e.message}",
+    UserMessageEvent: lambda e: f"» {_PROMPT_LABELS[e.kind]}: {_one_line(e.text)}",
+    BudgetExhaustedEvent: lambda e: (
+        f"$ budget exhausted: {budget_line(Budget(budget=e.budget, used=e.used, limit=e.limit))}; "
+        "the run stops here"
+    ),
+    ToolsUnavailableEvent: lambda e: (
+        f"! MCP server {e.server} unavailable this step ({e.reason}): {len(e.tools)} tools left out"
+    ),
+    HookRunEvent: hook_line,
+    TodoEvent: lambda e: [
+        f"☰ plan: {summary(e.todos)}",
+        *(f"  {line}" for line in checklist_lines(e.todos)),
+    ],
+    FinalResultEvent: lambda e: f"✓ final result: {_one_line(json.dumps(e.output, ensure_ascii=False))}",
+    SubagentStartEvent: subagent_line,
+    SubagentEndEvent: subagent_line,
+    EndEvent: lambda e: f"■ run ended: {e.status}",
+}
+
+
+def _lines(event: object) -> list[str]:
+    """The lines ``event`` prints (``_FORMATS``)."""
+    format_ = _FORMATS.get(type(event))
+    if format_ is None:
+        return []
+    shown = format_(event)
+    return [shown] if isinstance(shown, str) else shown
 
 
 def print_result(result: AgentRunResult, out: TextIO | None = None) -> None:

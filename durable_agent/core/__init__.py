@@ -5,7 +5,8 @@ contract v1 (``export``, ``canonical``, ``export_parts``), the run's log (``run_
 loop's state and step logic (``loop``), the model's view of the conversation (``context``),
 the permission language (``permissions``; for ``bash``: ``shell_judge``, ``shell_words``,
 ``shell_commands``, ``shell_tree``, and what a line hides from the rules: ``shell_unseen``,
-``rule_reach``; ``globs``), the tools' specs and arguments (``tool_specs``, ``tool_args``),
+``rule_reach``; ``globs``), the tools' specs, arguments and built-in catalog (``tool_specs``,
+``tool_args``, ``builtin_catalog``),
 the run's plan (``plan``), the workflow's and activities' inputs and outputs (``run_api``,
 ``activity_api``), bounded JSON and text a payload can carry (``json_limits``,
 ``surrogates``), the failure types a workflow or a client reads (``failures``), the root of

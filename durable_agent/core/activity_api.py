@@ -47,6 +47,9 @@ class ResolveInput(Frozen):
     # A resumed run's checkpoint recorded the workspace as this git tree: the run is refused
     # where the workspace's files differ (None: no tree, or a resume with ``force_resume``).
     workspace_tree: str | None = None
+    # A resumed run's tools, as its checkpoint bound them: it is offered those of them this
+    # worker has, so a release that adds tools still resumes the exports made before it.
+    resume_tools: tuple[str, ...] | None = None
     # Sent by workflows before 0.2 (the whole input, prompt included, without ``resume_from``).
     run: AgentRunInput | None = None
 
@@ -313,16 +316,10 @@ OPEN_RUN = ActivityDecl[OpenRunInput, RunOpened](
     "agent.open_run", OpenRunInput, RunOpened, _checkpoint(lambda t: t.checkpoint_max_attempts)
 )
 MODEL_CALL = ActivityDecl[ModelStepInput, ModelResponse](
-    "agent.model_call",
-    ModelStepInput,
-    ModelResponse,
-    _model_options,
+    "agent.model_call", ModelStepInput, ModelResponse, _model_options
 )
 COMPACT = ActivityDecl[CompactInput, CompactOutput](
-    "agent.compact",
-    CompactInput,
-    CompactOutput,
-    _model_options,
+    "agent.compact", CompactInput, CompactOutput, _model_options
 )
 TOOL_CALL = ActivityDecl[ToolCallInput, ToolOutput](
     "agent.tool_call",
