@@ -45,6 +45,7 @@ from durable_agent.activities.tools.builtin import builtin_tools
 from durable_agent.activities.tools.custom import with_tools
 from durable_agent.activities.tools.sandbox import sandbox_settings
 from durable_agent.activities.tools.tool import Tool
+from durable_agent.activities.workspace_tree import WorkspaceTrees, own_folders
 from durable_agent.config import (
     AgentConfig,
     PostgresSinkConfig,
@@ -136,10 +137,14 @@ class AgentActivities:
             provider_kinds={name: p.kind for name, p in config.providers.items()},
             tracer_provider=tracer_provider,
         )
+        # the workspace's files recorded at each boundary of a tool that may change them
+        self.workspace_trees = WorkspaceTrees(config.workspace_checkpoints, self.sinks, own_folders(config))
         # the [mcp.*] servers: their tools join ``self.tools`` once listed
         self.mcp = McpCatalog(config.mcp, self.tools)
         # the parts, sharing the pieces above (the same dicts: a tool added later is seen)
-        self.planner = RunPlanner(config, self.providers, self.tools, self.sinks, self.mcp)
+        self.planner = RunPlanner(
+            config, self.providers, self.tools, self.sinks, self.mcp, workspace_trees=self.workspace_trees
+        )
         self.model_calls = ModelCalls(
             self.providers,
             self.log_cache,
@@ -149,7 +154,7 @@ class AgentActivities:
             self.mcp,
             takes_images=lambda model: takes_images(config, model),
         )
-        self.tool_calls = ToolCalls(self.tools, self.store, self.redact, self.telemetry)
+        self.tool_calls = ToolCalls(self.tools, self.store, self.redact, self.telemetry, self.workspace_trees)
         self.run_logs = RunLogs(self.store, self.log_cache, self.sinks, self.telemetry)
         self.legacy = LegacySessions(self.store)
         # the [hooks] commands, in the sandbox the bash tool's commands run in

@@ -46,6 +46,7 @@ from durable_agent.core.export import (
     ResumedFrom,
     RunRecord,
     SessionCheckpointExportV1,
+    workspace_tree_of,
 )
 from durable_agent.core.export_parts import PartedExport, hash_pieces
 from durable_agent.core.failures import INVALID_LOG_ENTRY, SINK_ERROR, STATE_LOST
@@ -198,6 +199,7 @@ class RunLogs:
             open_results=ends_in_results(list(logical.messages)),
             # the same ledger and view the source run had, so the next request is the same
             context=ContextLedger.seeded(logical.messages, payload.source_run().events),
+            workspace_tree=workspace_tree_of(payload.source_run().events),
         )
 
     @activity.defn(name=FINISH_RUN.name)

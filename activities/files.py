@@ -13,20 +13,28 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     The bytes are fsynced before the rename and the folder after it, so an
     acknowledged write survives a crash of the machine, not only of the worker.
     """
+    write_synced(path, data, mode)
+    fsync_dir(path.parent)
+
+
+def write_synced(path: Path, data: bytes, mode: int | None = None, *, sync: bool = True) -> None:
+    """``write_atomic`` without the folder's fsync, for a caller that writes many files in a few
+    folders and fsyncs each folder once (``sync=False``: not even the file's bytes, for a copy
+    that can be made again)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
 
 
 def fsync_dir(folder: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,14 +17,23 @@ from durable_agent.activities.providers.model_provider import ModelProvider
 from durable_agent.activities.sinks import ExportSink
 from durable_agent.activities.support import usage_error
 from durable_agent.activities.tools.tool import Tool
+from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees
 from durable_agent.config import AgentConfig, ModelPrices, model_prices
 from durable_agent.core.activity_api import RESOLVE_RUN, ResolveInput
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.models import ToolsUnavailable
 from durable_agent.core.output_schema import DEFAULT_OUTPUT_RETRIES, FINAL_RESULT_TOOL, final_result_offer
+from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_api import RunSettings
-from durable_agent.core.tool_specs import MCP_PREFIX, ToolOffer, capability_binding, offered_tools
+from durable_agent.core.subagents import TASK_SPEC, SubagentOrigin, SubagentPlan, task_description
+from durable_agent.core.tool_specs import (
+    MCP_PREFIX,
+    ToolOffer,
+    capability_binding,
+    in_workflow_policy,
+    offered_tools,
+)
 
 
 def mcp_server_of(name: str) -> str | None:
@@ -86,12 +96,16 @@ class RunPlanner:
         tools: Mapping[str, Tool],
         sinks: Mapping[str, ExportSink],
         mcp: McpCatalog | None = None,
+        *,
+        workspace_trees: WorkspaceTrees | None = None,
     ) -> None:
         self.config = config
         self.providers = providers
         self.tools = tools
         self.sinks = sinks
         self.mcp = mcp
+        # compares a resumed run's workspace with its checkpoint's tree (None: no check)
+        self.workspace_trees = workspace_trees
 
     @activity.defn(name=RESOLVE_RUN.name)
     async def resolve_run(self, inp: ResolveInput) -> RunPlan:
@@ -114,6 +128,8 @@ class RunPlanner:
         if sink not in self.sinks:
             known = ", ".join(sorted(self.sinks)) or "none"
             raise usage_error(f"export sink {sink!r} is not configured (configured: {known})")
+        if inp.workspace_tree is not None and self.workspace_trees is not None:
+            await self._check_workspace(workspace, inp.workspace_tree, sink)
         permissions = run.permissions or inp.resume_permissions or config.permissions
         budgets = self._budgets(run, model)
         if self.mcp:
@@ -124,6 +140,12 @@ class RunPlanner:
         if inp.resume_tools is not None:
             specs = [s for s in specs if s.name in inp.resume_tools]
         offered = [t.offer(parallel=together(t.name, t.read_only)) for t in offered_tools(specs, permissions)]
+        subagents = self._subagent_plan(run.subagent)
+        if subagents is not None and subagents.may_start():
+            offered = self._with_task(offered, subagents, permissions)
+        if run.subagent is not None:  # a child: at most the tools its parent named
+            named = set(run.subagent.tools)
+            offered = [o for o in offered if o.definition.name in named]
         if run.output_schema is not None:
             offered.append(self._final_result_offer(run.output_schema, offered))
         kept, left_out = within_catalog_budget(offered, config.limits.max_tool_catalog_bytes)
@@ -143,7 +165,11 @@ class RunPlanner:
             prompt=inp.run.prompt or "" if inp.run is not None else "",
             workspace=str(workspace),
             model=model,
-            system_prompt=system_prompt(config.system_prompt, project, run.instructions),
+            system_prompt=system_prompt(
+                self._system_prompt(run.subagent),
+                project,
+                run.instructions,
+            ),
             tools=offers,
             permissions=permissions,
             capability_binding=capability_binding(
@@ -164,7 +190,44 @@ class RunPlanner:
             max_output_retries=DEFAULT_OUTPUT_RETRIES
             if run.max_output_retries is None
             else run.max_output_retries,
+            subagents=subagents,
         )
+
+    def _system_prompt(self, origin: SubagentOrigin | None) -> str:
+        """The worker's system prompt, or a child's agent type's (``[agents.NAME] system_prompt``),
+        read from this worker's config: a run's input cannot set it."""
+        kind = self.config.agents.types.get(origin.agent_type or "") if origin is not None else None
+        return (kind.system_prompt if kind is not None else None) or self.config.system_prompt
+
+    def _subagent_plan(self, origin: SubagentOrigin | None) -> SubagentPlan | None:
+        """What the run's plan says of subagents: None on a worker without ``[agents]`` enabled,
+        unless the run is a child (its status then names its parent)."""
+        agents = self.config.agents
+        if not agents.enabled and origin is None:
+            return None
+        return SubagentPlan(
+            depth=origin.depth if origin is not None else 0,
+            max_depth=agents.max_depth,
+            max_children=agents.max_children,
+            max_answer_chars=agents.max_answer_chars,
+            types=agents.types if agents.enabled else {},
+            parent=origin,
+        )
+
+    def _with_task(
+        self, offered: list[ToolOffer], subagents: SubagentPlan, permissions: PermissionPolicy
+    ) -> list[ToolOffer]:
+        """The offers with ``task`` among them (in name order, as the others are), unless a deny
+        rule turns it off (only deny rules apply to a tool the workflow answers itself). A host's
+        own tool of that name keeps it: the run then has no subagents."""
+        name = TASK_SPEC.name
+        if not self.config.agents.enabled or in_workflow_policy(permissions).denies_outright(name):
+            return offered
+        if any(o.definition.name == name for o in offered):
+            return offered
+        spec = dataclasses.replace(TASK_SPEC, description=task_description(subagents.types))
+        task = spec.offer(parallel=self.config.tools.parallel_calls)
+        return sorted([*offered, task], key=lambda o: o.definition.name)
 
     @staticmethod
     def _final_result_offer(schema: dict[str, Any], offered: Sequence[ToolOffer]) -> ToolOffer:
@@ -176,6 +239,20 @@ class RunPlanner:
                 "tool a typed run ends with: rename that tool, or deny it to this run"
             )
         return final_result_offer(schema)
+
+    async def _check_workspace(self, workspace: Path, tree: str, sink: str) -> None:
+        """Refuse a resumed run whose workspace's files are not those its checkpoint recorded."""
+        assert self.workspace_trees is not None
+        try:
+            differ = await self.workspace_trees.differences(workspace, tree, sink)
+        except WorkspaceTreeError as exc:
+            raise usage_error(f"the workspace cannot be compared with the checkpoint's: {exc}") from None
+        if differ:
+            shown = "; ".join(differ[:20]) + (f"; and {len(differ) - 20} more" if len(differ) > 20 else "")
+            raise usage_error(
+                f"the workspace's files differ from the checkpoint's (tree {tree}): {shown} (restore "
+                "them with `durable-agent resume --restore-workspace`, or resume with force_resume to go on)"
+            )
 
     async def _project_files(self, run_id: str, workspace: Path) -> ProjectInstructions:
         """The project instruction files of a run in ``workspace`` (none when the config turns

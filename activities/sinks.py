@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from durable_agent.activities.files import write_atomic
+from durable_agent.activities.files import fsync_dir, write_atomic, write_synced
 from durable_agent.activities.sink_files import (
     newest_manifest,
     parts_present,
@@ -25,6 +27,7 @@ __all__ = [
     "ExportSink",
     "FetchingSink",
     "FilesystemExportSink",
+    "ObjectSink",
     "PartedSink",
     "SinkError",
     "read_export_file",
@@ -109,6 +112,49 @@ class FetchingSink(ExportSink, Protocol):
         ...
 
 
+@runtime_checkable
+class ObjectSink(ExportSink, Protocol):
+    """A sink that also holds the workspace's files as git objects
+    (``activities/workspace_tree.py``): content-addressed, each kept once, whatever run sent it.
+    An object is git's loose object (zlib of ``"<type> <size>\\0<body>"``) named by its SHA-1
+    (40 hex digits); the worker checks each against its id, both ways."""
+
+    async def missing_objects(self, ids: Sequence[str]) -> list[str]:
+        """Those of ``ids`` the sink does not hold, in their order.
+
+        Raises:
+            SinkError: The sink cannot say.
+        """
+        ...
+
+    async def put_objects(self, objects: Mapping[str, bytes]) -> None:
+        """Hold ``objects`` (id -> loose object) durably, then return; an id held is done.
+
+        Raises:
+            SinkError: As ``deliver``.
+        """
+        ...
+
+    async def get_objects(self, ids: Sequence[str]) -> dict[str, bytes]:
+        """The objects of ``ids`` the sink holds (id -> loose object); those it lacks are not in it.
+
+        Raises:
+            SinkError: The sink cannot be read.
+        """
+        ...
+
+
+# Where the filesystem sink keeps objects: a name ``safe_name`` never gives a session (an
+# escaped name has ``~`` then two hex digits).
+OBJECTS_FOLDER = "~objects"
+
+
+def _object_id(oid: str) -> str:
+    if len(oid) != 40 or any(c not in "0123456789abcdef" for c in oid):
+        raise SinkError(f"{oid!r} is not an object id", retryable=False)
+    return oid
+
+
 class FilesystemExportSink:
     """One file an export: ``<root>/<session>/<run>/turn-000001-<digest>.json``.
 
@@ -126,6 +172,43 @@ class FilesystemExportSink:
         self._newest: dict[Path, tuple[str, dict[str, Any]]] = {}
         # the parts' headers read so far: a boundary checks its chain without reading them again
         self._headers = HeaderCache()
+
+    def object_path(self, oid: str) -> Path:
+        """Where the object ``oid`` is: ``<root>/~objects/<2 hex>/<38 hex>``."""
+        oid = _object_id(oid)
+        return self.root / OBJECTS_FOLDER / oid[:2] / oid[2:]
+
+    async def missing_objects(self, ids: Sequence[str]) -> list[str]:
+        return await asyncio.to_thread(lambda: [oid for oid in ids if not self.object_path(oid).exists()])
+
+    async def put_objects(self, objects: Mapping[str, bytes]) -> None:
+        def put() -> None:
+            folders = set()
+            for oid, data in objects.items():
+                path = self.object_path(oid)
+                if not path.exists():
+                    write_synced(path, data)
+                    folders.add(path.parent)
+            for folder in folders:  # once a folder, not once an object
+                fsync_dir(folder)
+
+        try:
+            await asyncio.to_thread(put)
+        except OSError as exc:
+            raise SinkError(f"cannot write objects under {self.root / OBJECTS_FOLDER}: {exc}") from exc
+
+    async def get_objects(self, ids: Sequence[str]) -> dict[str, bytes]:
+        def get() -> dict[str, bytes]:
+            found = {}
+            for oid in ids:
+                with contextlib.suppress(FileNotFoundError):
+                    found[oid] = self.object_path(oid).read_bytes()
+            return found
+
+        try:
+            return await asyncio.to_thread(get)
+        except OSError as exc:
+            raise SinkError(f"cannot read objects under {self.root / OBJECTS_FOLDER}: {exc}") from exc
 
     def path_for(self, export: SessionCheckpointExportV1) -> Path:
         return self._path(export.descriptor)

@@ -18,6 +18,7 @@ from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.activities.support import heartbeating, state_missing
 from durable_agent.activities.tools.path_guard import READ_DENIED, check_resolved, read_denier
 from durable_agent.activities.tools.tool import CURRENT_CALL, Tool, ToolContent, ToolFailure
+from durable_agent.activities.workspace_tree import WorkspaceTrees
 from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
 from durable_agent.core.models import ImageBlock, Message
 from durable_agent.core.run_log import StateMissing
@@ -35,6 +36,8 @@ class ToolCalls:
     store: SessionStore
     redact: Redactor
     telemetry: ActivityTelemetry = field(default_factory=ActivityTelemetry)
+    # records the workspace after a call to a tool that may change files (None: never)
+    workspace_trees: WorkspaceTrees | None = None
 
     @activity.defn(name=TOOL_CALL.name)
     async def tool_call(self, inp: ToolCallInput) -> ToolOutput:
@@ -43,7 +46,14 @@ class ToolCalls:
         with self.telemetry.tool_call(inp, known=known) as observed:
             output = await self._tool_call(inp, observed)
             observed.finished(output, known=known)
-        return output.model_copy(update={"completed_at_ms": int(time.time() * 1000)})
+        update: dict[str, Any] = {"completed_at_ms": int(time.time() * 1000)}
+        tool = self.tools.get(inp.name)
+        trees = self.workspace_trees
+        # a tool that may change files ran (or was refused its arguments): record the workspace
+        if trees is not None and tool is not None and not tool.spec.read_only and output.permission is None:
+            update["workspace"] = await heartbeating(trees.record(Path(inp.workspace), inp.sink))
+            update["completed_at_ms"] = int(time.time() * 1000)
+        return output.model_copy(update=update)
 
     async def _tool_call(self, inp: ToolCallInput, observed: ToolCallSpan) -> ToolOutput:
         tool = self.tools.get(inp.name)

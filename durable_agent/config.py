@@ -18,6 +18,7 @@ from durable_agent.core.errors import DurableAgentError, validation_problems
 from durable_agent.core.hooks import HooksConfig
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import Limits, Timeouts
+from durable_agent.core.subagents import DEFAULT_ANSWER_CHARS, AgentType
 from durable_agent.core.tool_args import WEB_FETCH_DEFAULT_MAX_BYTES, WEB_FETCH_DEFAULT_TIMEOUT
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -492,6 +493,25 @@ class McpServerConfig(_Strict):
         return self
 
 
+class WorkspaceCheckpointsConfig(_Strict):
+    """The workspace recorded with the checkpoint (docs/exports.md): after each call to a tool
+    that may change files, the worker records the workspace's files as a git tree in a shadow
+    repository of its own (never the workspace's `.git`) and puts the new objects in the run's
+    export sink, which must be a filesystem one; the call's `tool_end` event holds the tree id.
+    Files the workspace's `.gitignore` files ignore are left out, and so are `.git` folders."""
+
+    # Record the workspace at each boundary of a tool that may change files.
+    enabled: bool = True
+    # Where the shadow repositories are kept (one a workspace); default:
+    # `$XDG_STATE_HOME/durable-agent/shadow` (`~/.local/state/durable-agent/shadow`).
+    path: Path | None = None
+    # A larger file is left out of the tree (and named in the event's `left_out`).
+    max_file_bytes: int = Field(10 * 1024 * 1024, ge=0)
+    # When the files one boundary adds or changes together pass this, the largest of them are
+    # left out until the rest fit.
+    max_total_bytes: int = Field(1024 * 1024 * 1024, ge=0)
+
+
 class WebFetchConfig(_Strict):
     """The ``web_fetch`` tool. Which hosts a run may fetch from is its permission rules'
     business (``web_fetch(domain:HOST)``, denied by default); this is what one fetch may do."""
@@ -534,6 +554,38 @@ class ToolsConfig(_Strict):
         return self.parallel_calls and (read_only or name in self.parallel)
 
 
+class AgentsConfig(_Strict):
+    """Subagents (docs/subagents.md): the `task` tool, which starts a child run whose answer is
+    the call's result. `[agents.NAME]` tables define kinds of subagent the model may choose."""
+
+    # Offer the `task` tool. Off: no run is offered it (its tools, and its exports' capability
+    # binding, are as without subagents).
+    enabled: bool = False
+    # How deep children may go: 1, children of a run a host started are not offered `task`.
+    max_depth: int = Field(1, ge=1, le=5)
+    # Children one run may start in all; a `task` call past it is a tool error.
+    max_children: int = Field(8, ge=1, le=1_000)
+    # The most of a child's answer the parent's model reads (characters; the cut is said).
+    max_answer_chars: int = Field(DEFAULT_ANSWER_CHARS, ge=100, le=200_000)
+    # The kinds of subagent, by name: `[agents.NAME]` (written beside the keys above).
+    types: dict[Annotated[str, Field(pattern=_MCP_NAME, max_length=64)], AgentType] = Field(
+        default_factory=dict, json_schema_extra={"tables_here": True}
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _types_beside_keys(cls, data: Any) -> Any:
+        """``[agents.NAME]`` tables are agent types: they go into ``types``."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        types = dict(data.pop("types", None) or {})
+        for name in [k for k, v in data.items() if isinstance(v, dict) and k not in cls.model_fields]:
+            types[name] = data.pop(name)
+        data["types"] = types
+        return data
+
+
 class AgentConfig(_Strict):
     """The worker's config: the TOML file ``AGENT_CONFIG`` names, as ``load_config`` reads it.
     Unknown keys are refused."""
@@ -568,6 +620,10 @@ class AgentConfig(_Strict):
         default_factory=dict
     )
     hooks: HooksConfig = HooksConfig()
+    # The workspace's files recorded at each boundary, as git trees (docs/exports.md).
+    workspace_checkpoints: WorkspaceCheckpointsConfig = WorkspaceCheckpointsConfig()
+    # Subagents: the `task` tool and the kinds of subagent, `[agents.NAME]` (docs/subagents.md).
+    agents: AgentsConfig = AgentsConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -634,8 +690,12 @@ class AgentConfig(_Strict):
             name: m.model_copy(update={"cwd": fix(m.cwd)}) if m.cwd is not None else m
             for name, m in self.mcp.items()
         }
+        shadow = self.workspace_checkpoints
+        if shadow.path is not None:
+            shadow = shadow.model_copy(update={"path": fix(shadow.path)})
         return self.model_copy(
             update={
+                "workspace_checkpoints": shadow,
                 "mcp": mcp,
                 "providers": providers,
                 "sinks": sinks,

@@ -15,6 +15,19 @@ from tests.docker_engine import engine_problem
 from tests.pg_server import PG_DSN_ENV, LocalPostgres, database_dsn, pg_bin
 
 
+@pytest.fixture(scope="session", autouse=True)
+def worker_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Workers' own state (the workspaces' shadow repositories) in the session's temporary
+    folder, not in the home folder of whoever runs the tests."""
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before
+
+
 @pytest.fixture(scope="session")
 async def temporal_client() -> AsyncIterator[Client]:
     if os.environ.get("TEMPORAL_ADDRESS"):

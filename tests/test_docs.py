@@ -105,10 +105,13 @@ def config_keys() -> dict[tuple[str, str | None], set[str]]:
             annotation = _bare(field.annotation)
             if typing.get_origin(annotation) is dict:
                 annotation = typing.get_args(annotation)[1]
+                extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+                if extra.get("tables_here"):  # ``[agents.NAME]``, beside the table's own keys
+                    child = path
                 child += ".MODEL" if name == "models" else ".NAME"
             elif typing.get_origin(annotation) is tuple and typing.get_args(annotation):
                 annotation = typing.get_args(annotation)[0]  # an array of tables: [[hooks.stop]]
-            kinds = _tables(annotation)
+            kinds = [t for t in _tables(annotation) if t is not model]  # no table within itself
             for table in kinds:
                 own = None
                 if len(kinds) > 1:

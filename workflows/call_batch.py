@@ -40,7 +40,6 @@ from durable_agent.workflows.log_keeper import LogKeeper
 from durable_agent.workflows.patches import PARALLEL_CALLS_PATCH
 from durable_agent.workflows.starting import Starter
 from durable_agent.workflows.tool_step import ToolStep, Verdict
-from durable_agent.workflows.workflow_tools import answer_in_workflow
 
 
 def _parallel(plan: RunPlan, call: ToolUseBlock) -> bool:
@@ -162,7 +161,13 @@ class CallBatches:
         # the tool activity's own time, from the history, when it ran (see ToolOutput)
         at_ms = output.completed_at_ms
         state.add_tool_result(
-            call, output.content, output.is_error, at_ms or now_ms(), output.staged, output.images
+            call,
+            output.content,
+            output.is_error,
+            at_ms or now_ms(),
+            output.staged,
+            output.images,
+            workspace=output.workspace,
         )
         await self._log.boundary(state, at_ms)
 
@@ -224,8 +229,9 @@ class CallBatches:
 
     @staticmethod
     def _runs(verdict: Verdict, reason: str | None) -> bool:
-        """Whether the call runs a tool activity (neither refused nor answered by the workflow)."""
-        return verdict.error is None and reason is None and not verdict.in_workflow
+        """Whether the call runs beside others: a tool activity, or a ``task`` call's child run
+        (neither refused nor answered by the workflow at once)."""
+        return verdict.error is None and reason is None and (not verdict.in_workflow or verdict.child)
 
     async def _outcome(
         self, state: LoopState, verdict: Verdict, reason: str | None, output: ToolOutput | None
@@ -240,7 +246,7 @@ class CallBatches:
         if reason is not None:
             return self._step.refuse(state, verdict, reason)
         if verdict.in_workflow:
-            return answer_in_workflow(state, call, self._display)
+            return await self._step.answer(state, verdict)
         return await self._step.execute(state, call, verdict.target)
 
     async def _together(self, state: LoopState, verdicts: list[Verdict]) -> list[ToolOutput]:
@@ -248,7 +254,7 @@ class CallBatches:
         (``asyncio.gather`` is deterministic in Temporal's event loop). Every call settles before
         this returns, so a cancel, which each call's activity sees, stops them all first."""
         settled = await asyncio.gather(
-            *(self._step.execute(state, v.call, v.target) for v in verdicts), return_exceptions=True
+            *(self._step.run_allowed(state, v) for v in verdicts), return_exceptions=True
         )
         outputs: list[ToolOutput] = []
         for result in settled:

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         CheckpointPayload,
         ResumedFrom,
         binding_differences,
+        workspace_tree_of,
     )
     from durable_agent.core.failures import INPUT_TOO_LARGE, INVALID_RUN_INPUT, failure_message
     from durable_agent.core.loop import LoopState
@@ -172,6 +173,7 @@ class Starter:
             facts = {
                 "resumed_from": point.resumed_from,
                 "resume_permissions": point.capability_binding.permissions,
+                "workspace_tree": point.workspace_tree,
             }
             prompt = prompt or point.prompt
         if resume is not None:
@@ -184,9 +186,13 @@ class Starter:
                     content_digest=run_input.resume_from.descriptor.content_digest,  # type: ignore[union-attr]
                 ),
                 "resume_permissions": logical.capability_binding.permissions,
+                "workspace_tree": workspace_tree_of(resume.source_run().events),
             }
             bound = logical.capability_binding
             prompt = prompt or source.prompt
+        if run_input.force_resume or facts.get("workspace_tree") is None:
+            # the workspace is compared with the checkpoint's files only when it recorded them
+            facts.pop("workspace_tree", None)
         if bound is not None and bound.tools and not run_input.force_resume:
             # the checkpoint's tools, not those added since (a forced resume takes this worker's)
             facts["resume_tools"] = bound.tools

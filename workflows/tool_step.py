@@ -35,9 +35,11 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.permissions import COMMAND_TOOLS, Decision
     from durable_agent.core.run_api import AWAITING_APPROVAL, ApprovalDecision, PendingApproval
     from durable_agent.core.run_log import STAGE_MIN_BYTES
+    from durable_agent.core.subagents import TASK
     from durable_agent.core.tool_specs import ToolCallError, ToolOffer, find_offer, permission_targets
 
 from durable_agent.workflows.calls import CallRunner, Cancellation, missing_state, now_ms
+from durable_agent.workflows.child_runs import SubagentRunner
 from durable_agent.workflows.display import EXECUTING, RunDisplay
 from durable_agent.workflows.hook_runner import HookRunner
 from durable_agent.workflows.shell_gate import decide_targets
@@ -78,6 +80,12 @@ class Verdict:
         """A tool the workflow answers itself, without an activity (``workflow_tools.py``)."""
         return self.offer is not None and self.offer.in_workflow
 
+    @property
+    def child(self) -> bool:
+        """A ``task`` call: the workflow answers it with a child run (``child_runs.py``), which runs
+        beside the answer's other parallel calls as an activity would."""
+        return self.in_workflow and self.call.name == TASK
+
     def denial(self) -> str:
         """The reason the model is given for a call the rules deny."""
         shown = call_summary(self.call, self.target)
@@ -100,6 +108,7 @@ class ToolStep:
         self._display = display
         self._approvals = approvals
         self._hooks = hooks
+        self._subagents = SubagentRunner(cancellation, display)  # ``task`` calls: child runs
 
     async def step(self, state: LoopState, call: ToolUseBlock) -> ToolOutput:
         """Run one call, or explain to the model why it did not run.
@@ -115,7 +124,7 @@ class ToolStep:
         if verdict.error is not None:
             return ToolOutput(content=verdict.error, is_error=True)
         if verdict.in_workflow:  # answered here, without an activity (``workflow_tools.py``)
-            return answer_in_workflow(state, call, self._display)
+            return await self.answer(state, verdict)
         reason: str | None = None
         if verdict.decision == "deny":
             reason = verdict.denial()
@@ -146,6 +155,20 @@ class ToolStep:
             return Verdict(call, offer, "allow")
         decision, target = decide_targets(plan.permissions, call.name, targets)
         return Verdict(call, offer, decision, target)
+
+    async def answer(self, state: LoopState, verdict: Verdict) -> ToolOutput:
+        """A call of a tool the workflow answers itself: ``task`` with a child run, the others
+        at once (``workflow_tools.py``)."""
+        if verdict.child:
+            return await self._subagents.run(state, verdict.call)
+        return answer_in_workflow(state, verdict.call, self._display)
+
+    async def run_allowed(self, state: LoopState, verdict: Verdict) -> ToolOutput:
+        """A call the rules (or a person) allowed, run with others of its answer: a ``task``
+        call's child run, or the call's activity (``execute``)."""
+        if verdict.child:
+            return await self._subagents.run(state, verdict.call)
+        return await self.execute(state, verdict.call, verdict.target)
 
     def refuse(self, state: LoopState, verdict: Verdict, reason: str) -> ToolOutput:
         """A call refused, by the rules or by a person: its event, and the model's tool error."""
@@ -180,6 +203,7 @@ class ToolStep:
             call_id=call.id,
             name=call.name,
             arguments=call.input,
+            sink=plan.export_sink,  # where the workspace's tree goes (activities/workspace_tree.py)
         )
         output = await self._call_tool(state, call, inline, summary)
         if output.permission == "ask" and output.resolved_target is not None:

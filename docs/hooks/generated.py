@@ -273,13 +273,17 @@ def sections() -> list[Section]:
             if typing.get_origin(annotation) is dict:
                 value = typing.get_args(annotation)[1]
                 members = _models_of(value)
+                # ``[agents.NAME]``: tables written beside their parent's keys, not under the field's name
+                extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+                tables = section.path if extra.get("tables_here") else path
                 for member in members:
-                    child = f"{path}.{_placeholder(path)}"
+                    child = f"{tables}.{_placeholder(tables)}"
                     visit(Section(child, member, None, _kind(member) if len(members) > 1 else None))
                 continue
             if typing.get_origin(annotation) is tuple and typing.get_args(annotation):
                 for member in _models_of(typing.get_args(annotation)[0]):
-                    visit(Section(path, member, None, array=True))
+                    if member is not section.model:  # rules within rules (a subagent's): no table
+                        visit(Section(path, member, None, array=True))
                 continue
             members = _models_of(annotation)
             for member in members:

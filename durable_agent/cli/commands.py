@@ -190,7 +190,22 @@ def _add_run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the worker reads the file (a path on its machine) instead of this command sending it; "
         f"the default for files over {RESUME_BY_VALUE_BYTES:,} bytes",
     )
+    resume.add_argument(
+        "--restore-workspace",
+        metavar="DIR",
+        help="first rebuild DIR (on this machine) from the workspace tree the export recorded; "
+        "DIR is the run's workspace unless --workspace says otherwise",
+    )
     _run_options(resume)
+    rewind = sub.add_parser(
+        "rewind", help="restore an ended run's workspace to a turn and go on from its export of that turn"
+    )
+    rewind.add_argument("workflow_id")
+    rewind.add_argument("--turn", type=int, required=True, metavar="N", help="the turn to go back to")
+    rewind.add_argument("--force", action="store_true", help="even where the worker's tools or rules differ")
+    rewind.add_argument("--prompt", help="a user message the new run adds before its first request")
+    _run_options(rewind)
+    rewind.set_defaults(func=Handler("rewind", "cmd_rewind"))
 
     by_id = {
         "status": "a run's status (query)",
@@ -204,6 +219,9 @@ def _add_run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     sub.choices["status"].add_argument("--json", action="store_true", help="print the view as JSON")
     sub.choices["cancel"].add_argument("--reason", help="recorded as the run's error")
     sub.choices["events"].add_argument("--follow", action="store_true", help="print until the run ends")
+    sub.choices["events"].add_argument(
+        "--tree", action="store_true", help="as a readable log, each subagent's events under its task call"
+    )
 
 
 def _add_conversation_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -23,6 +23,8 @@ from durable_agent.core.models import (
     PermissionDeniedEvent,
     PersistenceFailedEvent,
     RunStartEvent,
+    SubagentEndEvent,
+    SubagentStartEvent,
     TextDeltaEvent,
     ThinkingEvent,
     TodoEvent,
@@ -33,6 +35,7 @@ from durable_agent.core.models import (
     UserMessageEvent,
 )
 from durable_agent.core.run_api import AgentRunResult, Budget, RunStatusView
+from durable_agent.core.subagents import ChildRun
 from durable_agent.core.todo_list import checklist_lines, summary
 
 DIGEST_HEX_SHOWN = 16
@@ -79,6 +82,35 @@ def hook_line(event: HookRunEvent) -> str:
     said = {"continue": "ok", "block": "blocked", "error": "failed"}[event.decision]
     why = f": {_one_line(event.reason)}" if event.reason else ""
     return f"⚑ hook {event.event}[{event.hook}]{tool} {said}{why}"
+
+
+def subagent_line(event: SubagentStartEvent | SubagentEndEvent) -> str:
+    """A ``subagent_*`` event as a line: ``⑂ subagent started: …`` or ``⑂ subagent completed: …``.
+
+    Args:
+        event: The event.
+
+    Returns:
+        The line, without its newline.
+    """
+    if isinstance(event, SubagentStartEvent):
+        kind = f" ({event.agent_type})" if event.agent_type else ""
+        where = f"[{event.workflow_id}, run {event.run_id}]"
+        return f"⑂ subagent{kind} started: {_one_line(event.description)} {where}"
+    export = f", last export {short_digest(event.final_content_digest)}" if event.final_content_digest else ""
+    why = f": {_one_line(event.error)}" if event.error else ""
+    return f"⑂ subagent {event.status}{why} [{event.workflow_id}{export}, {event.usage.total_tokens} tokens]"
+
+
+def child_line(child: ChildRun) -> str:
+    """A child run as ``status`` shows it: its call, kind, status, workflow and run ids."""
+    kind = f" ({child.agent_type})" if child.agent_type else ""
+    digest = child.final_content_digest
+    export = f" · last export {short_digest(digest)}" if digest else ""
+    return (
+        f"{child.call_id}{kind}: {child.status} · {_one_line(child.description, 60)} · "
+        f"workflow {child.workflow_id} · run {child.run_id or '-'}{export}"
+    )
 
 
 def budget_line(budget: Budget) -> str:
@@ -209,6 +241,8 @@ _FORMATS: dict[type[Any], Callable[[Any], str | list[str]]] = {
         *(f"  {line}" for line in checklist_lines(e.todos)),
     ],
     FinalResultEvent: lambda e: f"✓ final result: {_one_line(json.dumps(e.output, ensure_ascii=False))}",
+    SubagentStartEvent: subagent_line,
+    SubagentEndEvent: subagent_line,
     EndEvent: lambda e: f"■ run ended: {e.status}",
 }
 
@@ -282,6 +316,9 @@ def print_status(view: RunStatusView, out: TextIO | None = None) -> None:
     if view.todos:
         rows.append(("plan", summary(view.todos)))
         rows += [("", line) for line in checklist_lines(view.todos)]
+    if view.parent_workflow_id:
+        rows.append(("parent", view.parent_workflow_id))
+    rows += [("subagent", child_line(child)) for child in view.children]
     if view.output is not None:
         rows.append(("output", json.dumps(view.output, ensure_ascii=False)))
     if view.error:

@@ -24,12 +24,12 @@ from durable_agent.cli.common import (
     policy_arg,
     workspace_arg,
 )
-from durable_agent.cli.render import print_status
+from durable_agent.cli.render import EventPrinter, print_status
 from durable_agent.client import connect, follow_events, run_result, start_run
 from durable_agent.client import task_queue as default_task_queue
 from durable_agent.core.errors import validation_message
 from durable_agent.core.failures import failure_message
-from durable_agent.core.models import EventRecord
+from durable_agent.core.models import EventRecord, SubagentStartEvent
 from durable_agent.core.run_api import (
     QUERY_EVENTS,
     QUERY_STATUS,
@@ -103,6 +103,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if by_path and not args.on_worker:
             print(f"the export is {size:,} bytes: the worker reads it from {path}")
         fields["force_resume"] = args.force or None
+        if getattr(args, "restore_workspace", None):
+            from durable_agent.cli.rewind import restore_for_resume
+
+            restored = restore_for_resume(args, fields.get("resume_from"))
+            if restored is None:
+                return 2
+            fields["workspace"] = fields["workspace"] or restored
     try:
         run = build_run_input(fields)
     except ValidationError as exc:
@@ -128,8 +135,25 @@ async def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _print_tree(client: Any, workflow_id: str, indent: str) -> None:
+    """A run's events as a readable log, each subagent's under its ``subagent_start`` line."""
+    handle = client.get_workflow_handle(workflow_id)
+    printer = EventPrinter(indent=indent)
+    for record in await handle.query(QUERY_EVENTS, 0, result_type=list[EventRecord]):
+        printer.show(record)
+        if isinstance(record.event, SubagentStartEvent):
+            printer.finish()
+            await _print_tree(client, record.event.workflow_id, indent + "    ")
+    printer.finish()
+
+
 async def _events(args: argparse.Namespace) -> int:
-    handle = (await connect()).get_workflow_handle(args.workflow_id)
+    client = await connect()
+    handle = client.get_workflow_handle(args.workflow_id)
+    if getattr(args, "tree", False):
+        print(args.workflow_id)
+        await _print_tree(client, args.workflow_id, "  ")
+        return 0
     if args.follow:
         async for record in follow_events(handle):
             print(record.model_dump_json())

@@ -24,6 +24,7 @@ from durable_agent.core.models import (
     TokenUsage,
     ToolDefinition,
     ToolUseBlock,
+    WorkspaceState,
 )
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan, Timeouts
@@ -43,6 +44,9 @@ class ResolveInput(Frozen):
     settings: RunSettings | None = None
     resumed_from: ResumedFrom | None = None
     resume_permissions: PermissionPolicy | None = None
+    # A resumed run's checkpoint recorded the workspace as this git tree: the run is refused
+    # where the workspace's files differ (None: no tree, or a resume with ``force_resume``).
+    workspace_tree: str | None = None
     # A resumed run's tools, as its checkpoint bound them: it is offered those of them this
     # worker has, so a release that adds tools still resumes the exports made before it.
     resume_tools: tuple[str, ...] | None = None
@@ -86,6 +90,9 @@ class ToolCallInput(Frozen):
     permissions: PermissionPolicy | None = None
     # A resolved path a person approved for this call: an ``ask`` on it no longer stops the call.
     approved_target: str | None = None
+    # The run's export sink: a call to a tool that may change files records the workspace as a
+    # git tree, whose new objects go to this sink (None: a workflow before this records none).
+    sink: str | None = None
 
 
 class ToolOutput(Frozen):
@@ -104,6 +111,9 @@ class ToolOutput(Frozen):
     # with it, not with its own clock, so that a workflow task that runs again after its worker
     # died builds the same checkpoint, byte for byte (its local activity's input is not recorded).
     completed_at_ms: int | None = None
+    # The workspace after the call (a tool that may change files, on a worker that records it),
+    # its objects already in the run's sink; the workflow puts it in the call's ``tool_end`` event.
+    workspace: WorkspaceState | None = None
 
 
 class ModelStepInput(Frozen):
@@ -146,6 +156,8 @@ class ResumePoint(Frozen):
     open_results: bool = False
     # the file's conversation measured, with the source run's newest view (context management)
     context: ContextLedger | None = None
+    # the workspace's git tree at the checkpoint (its last ``tool_end`` that recorded one)
+    workspace_tree: str | None = None
 
 
 class CompactInput(Frozen):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from typing import Any, Final, Literal
 
 from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
@@ -449,3 +450,20 @@ def _check_image(image: ImageBlock) -> None:
 def tool_end_ids(record: RunRecord) -> list[str]:
     """Tool call ids of the run's ``tool_end`` events, in order."""
     return [e.event.id for e in record.events if isinstance(e.event, ToolEndEvent)]
+
+
+def workspace_tree_of(events: Sequence[EventRecord]) -> str | None:
+    """The git tree of the workspace as the run's events last recorded it (the newest
+    ``tool_end`` event with a ``workspace``); None when none did.
+
+    Args:
+        events: A run's events, in order (an export's ``source_run().events``).
+
+    Returns:
+        The tree id, or None.
+    """
+    for record in reversed(events):
+        event = record.event
+        if isinstance(event, ToolEndEvent) and event.workspace is not None:
+            return event.workspace.tree
+    return None

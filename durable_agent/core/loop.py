@@ -44,6 +44,7 @@ from durable_agent.core.models import (
     ToolUseBlock,
     UserMessageEvent,
     UserMessageKind,
+    WorkspaceState,
     usage_cost_usd,
 )
 from durable_agent.core.plan import RunPlan
@@ -58,6 +59,7 @@ from durable_agent.core.run_api import (
     RunStatusView,
 )
 from durable_agent.core.run_log import ExportFacts, LogEntry, LogRef, ends_in_results, unanswered_calls
+from durable_agent.core.subagents import ChildRun, SubagentOrigin, child_event, with_child
 
 
 class LoopState:
@@ -131,6 +133,9 @@ class LoopState:
         self.todos: tuple[TodoItem, ...] = ()  # the plan the model wrote last (``todo_write``)
         # a run with an output schema: the answer of its last valid ``final_result`` call
         self.output: dict[str, Any] | None = None
+        # the subagents the run started (``task``), in the order they started; their usage
+        # counts against this run's budgets once they end
+        self.children: tuple[ChildRun, ...] = ()
 
     # --- a model's and a tool's answers --------------------------------------------
 
@@ -166,6 +171,7 @@ class LoopState:
         now_ms: int,
         staged: bool = False,
         images: tuple[ImageBlock, ...] = (),
+        workspace: WorkspaceState | None = None,
     ) -> None:
         """Record a finished tool call: its ``tool_end`` event and its tool-result block.
 
@@ -173,10 +179,11 @@ class LoopState:
         as each call finishes, so every boundary's conversation is well formed.
         ``staged``: the tool activity kept the output in the store, so the next
         save can name it by digest. ``images``: what the tool returned besides its text, as
-        references (their data is in the store).
+        references (their data is in the store). ``workspace``: the workspace's tree after the
+        call, when the tool activity recorded it (it goes in the ``tool_end`` event).
         """
         self._due_calls = [c for c in self._due_calls if c.id != call.id]
-        self.journal.emit(ToolEndEvent.of(call.id, call.name, output, is_error), now_ms)
+        self.journal.emit(ToolEndEvent.of(call.id, call.name, output, is_error, workspace), now_ms)
         images = tuple(i.reference() for i in images)
         block = ToolResultBlock(tool_use_id=call.id, content=output, is_error=is_error, images=images)
         self.journal.add_user_block(block, join=self.open_results, staged=staged)
@@ -193,6 +200,12 @@ class LoopState:
         """The ``final_result`` call ``call_id`` validated: ``output`` is the run's answer."""
         self.output = output
         self.journal.emit(FinalResultEvent(id=call_id, output=output), now_ms)
+
+    def record_subagent(self, child: ChildRun, now_ms: int) -> None:
+        """A child run started (``status`` running) or ended: its ``subagent_*`` event, and the
+        child as ``status`` shows it, in the place it started in."""
+        self.children = with_child(self.children, child)
+        self.journal.emit(child_event(child), now_ms)
 
     # --- conversations: what a person adds -------------------------------------
 
@@ -251,12 +264,15 @@ class LoopState:
         )
 
     def budgets(self) -> tuple[Budget, ...]:
-        """This run's usage against each of its budgets."""
+        """This run's usage against each of its budgets: its own and its ended children's."""
         plan, out = self.plan, []
+        children = [c for c in self.children if c.status != "running"]
         if plan.max_total_tokens is not None:
-            out.append(Budget(budget="tokens", used=self.run_usage.total_tokens, limit=plan.max_total_tokens))
+            used = self.run_usage.total_tokens + sum(c.usage.total_tokens for c in children)
+            out.append(Budget(budget="tokens", used=used, limit=plan.max_total_tokens))
         if plan.max_cost_usd is not None:
-            out.append(Budget(budget="cost", used=self.run_cost_usd() or 0.0, limit=plan.max_cost_usd))
+            cost = (self.run_cost_usd() or 0.0) + sum(c.cost_usd or 0.0 for c in children)
+            out.append(Budget(budget="cost", used=cost, limit=plan.max_cost_usd))
         return tuple(out)
 
     def exhausted_budget(self) -> Budget | None:
@@ -296,6 +312,7 @@ class LoopState:
         state.step_message = carried.step_message
         state._queued = list(carried.queued)
         state.todos = carried.todos
+        state.children = carried.children
         state._last_role = "user" if carried.open_results else "assistant"
         return state
 
@@ -315,6 +332,7 @@ class LoopState:
             queued=tuple(self._queued),
             step_message=self.step_message,
             todos=self.todos,
+            children=self.children,
         )
 
     def finish(self, status: FinalStatus, now_ms: int, error: str | None = None) -> None:
@@ -366,6 +384,8 @@ class LoopState:
             event_count=journal.event_count,
             todos=self.todos,
             output=self.output,
+            children=self.children,
+            parent_workflow_id=self._parent.parent_workflow_id if self._parent else None,
             **journal.context_status(),
         )
 
@@ -385,4 +405,16 @@ class LoopState:
             persistence_failures=tuple(journal.persistence_failures),
             # the answer of a run that completed with one (a failed turn's earlier answer is not)
             output=self.output if self.final_status == "completed" else None,
+            # a child's cost, which its parent counts against its budget (its children's with it)
+            cost_usd=self._cost_with_children() if self._parent else None,
         )
+
+    @property
+    def _parent(self) -> SubagentOrigin | None:
+        """Who started this run, when a ``task`` call of another run did."""
+        return self.plan.subagents.parent if self.plan.subagents is not None else None
+
+    def _cost_with_children(self) -> float | None:
+        own = self.run_cost_usd()
+        children = [c.cost_usd for c in self.children if c.cost_usd is not None]
+        return None if own is None and not children else (own or 0.0) + sum(children)

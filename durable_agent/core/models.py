@@ -280,6 +280,25 @@ class ToolStartEvent(Frozen):
         return cls(id=id, name=name, input={k: preview(v) for k, v in arguments.items()})
 
 
+class WorkspaceState(Frozen):
+    """The workspace's files after a tool call that may change them, as a git tree
+    (``activities/workspace_tree.py``); the objects are in the run's export sink.
+
+    ``left_out``: files the tree does not hold because they passed the size bounds
+    (``[workspace_checkpoints]``). Left out of the JSON when there are none.
+    """
+
+    tree: str  # the git tree id (SHA-1, 40 hex digits)
+    left_out: tuple[str, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_empty_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.left_out:
+            data.pop("left_out", None)
+        return data
+
+
 class ToolEndEvent(Frozen):
     type: Literal["tool_end"] = "tool_end"
     id: str
@@ -287,15 +306,28 @@ class ToolEndEvent(Frozen):
     output: str  # at most TOOL_OUTPUT_PREVIEW_CHARS characters of it
     output_chars: int = 0  # the whole output's length
     is_error: bool = False
+    # The workspace after a call to a tool that may change files, when the worker recorded it.
+    # Left out of the JSON when None, so that the events of other calls keep their bytes.
+    workspace: WorkspaceState | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_no_workspace(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.workspace is None:
+            data.pop("workspace", None)
+        return data
 
     @classmethod
-    def of(cls, id: str, name: str, output: str, is_error: bool) -> ToolEndEvent:
+    def of(
+        cls, id: str, name: str, output: str, is_error: bool, workspace: WorkspaceState | None = None
+    ) -> ToolEndEvent:
         return cls(
             id=id,
             name=name,
             output=output[:TOOL_OUTPUT_PREVIEW_CHARS],
             output_chars=len(output),
             is_error=is_error,
+            workspace=workspace,
         )
 
 
@@ -477,6 +509,34 @@ class TodoEvent(Frozen):
     todos: tuple[TodoItem, ...]
 
 
+class SubagentStartEvent(Frozen):
+    """A ``task`` call started a child run (``durable_agent.core.subagents``): its workflow id, and
+    its run id once Temporal started it."""
+
+    type: Literal["subagent_start"] = "subagent_start"
+    id: str  # the ``task`` call
+    workflow_id: str
+    run_id: str
+    description: str
+    agent_type: str | None = None
+
+
+class SubagentEndEvent(Frozen):
+    """A child run ended: how, its last export's digest (its export series' newest, which links
+    the parent's exports to the child's) and its usage, which counts against the parent's budgets."""
+
+    type: Literal["subagent_end"] = "subagent_end"
+    id: str  # the ``task`` call
+    workflow_id: str
+    run_id: str | None = None  # None: it never started
+    status: str
+    final_content_digest: str | None = None
+    exports: int = 0
+    usage: TokenUsage = TokenUsage()
+    cost_usd: float | None = None
+    error: str | None = None
+
+
 class ErrorEvent(Frozen):
     type: Literal["error"] = "error"
     message: str
@@ -511,7 +571,9 @@ AgentEvent = Annotated[
     | ThinkingEvent
     | HookRunEvent
     | TodoEvent
-    | FinalResultEvent,
+    | FinalResultEvent
+    | SubagentStartEvent
+    | SubagentEndEvent,
     Field(discriminator="type"),
 ]
 

@@ -94,10 +94,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import re2
-from pydantic import field_validator
+from pydantic import SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.globs import GlobError, compile_glob
@@ -259,6 +259,17 @@ class PermissionPolicy(Frozen):
     deny: tuple[str, ...] = ()
     ask: tuple[str, ...] = ()
     default: Decision = "deny"
+    # A subagent's rules hold its parent's here (``durable_agent.core.subagents.child_policy``):
+    # each call is decided by these too, and the strictest decision stands, so a child never
+    # does what its parent may not. Left out of the JSON when empty: other rules keep their bytes.
+    within: tuple[PermissionPolicy, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_no_within(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.within:
+            data.pop("within", None)
+        return data
 
     @field_validator("allow", "deny", "ask")
     @classmethod
@@ -280,6 +291,13 @@ class PermissionPolicy(Frozen):
         Returns:
             ``allow``, ``deny`` or ``ask``.
         """
+        own = self._decide_own(tool, target, legacy=legacy)
+        if not self.within:
+            return own
+        return strictest([own, *(rules.decide(tool, target, legacy=legacy) for rules in self.within)])
+
+    def _decide_own(self, tool: str, target: str | None, *, legacy: bool) -> Decision:
+        """``decide`` by these rules alone (not those ``within``)."""
         if tool.lower() in COMMAND_TOOLS and target is not None:
             return self._decide_line(tool, target, judge(target), legacy=legacy)
         if tool.lower() in DOMAIN_TOOLS:
@@ -299,9 +317,16 @@ class PermissionPolicy(Frozen):
             decision = self.decide(tool, target)
             return decision, decision
         reading = judge(target)
-        return (
+        both = (
             self._decide_line(tool, target, reading, legacy=False),
             self._decide_line(tool, target, reading, legacy=True),
+        )
+        if not self.within:
+            return both
+        outer = [rules.decide_both(tool, target) for rules in self.within]
+        return (
+            strictest([both[0], *(now for now, _ in outer)]),
+            strictest([both[1], *(legacy for _, legacy in outer)]),
         )
 
     def _decide_line(self, tool: str, line: str, reading: ShellLine, *, legacy: bool) -> Decision:
@@ -357,6 +382,8 @@ class PermissionPolicy(Frozen):
 
     def denies_outright(self, tool: str) -> bool:
         """True when no call of ``tool`` could ever run, so it is not offered at all."""
+        if any(rules.denies_outright(tool) for rules in self.within):
+            return True
         if any(parse_rule(r).pattern is None and parse_rule(r).names(tool) for r in self.deny):
             return True
         if tool.lower() in DOMAIN_TOOLS:

@@ -15,6 +15,7 @@ from durable_agent.core.export import CapabilityBinding, ResumedFrom
 from durable_agent.core.hooks import HooksConfig
 from durable_agent.core.models import Frozen, InstructionFile, ToolDefinition, ToolsUnavailable
 from durable_agent.core.permissions import PermissionPolicy
+from durable_agent.core.subagents import SubagentPlan
 from durable_agent.core.tool_specs import ToolOffer
 
 # A workflow task a worker died in is given to another after this long: a run's takeover
@@ -146,6 +147,9 @@ class RunPlan(Frozen):
     # times the model may try again after an answer that does not.
     output_schema: dict[str, Any] | None = None
     max_output_retries: int = Field(3, ge=0)
+    # Subagents (``durable_agent.core.subagents``): the run's depth, its bounds and the agent types
+    # a ``task`` call may start; None: a worker without ``[agents]`` enabled, and a plan from before.
+    subagents: SubagentPlan | None = None
 
     def definitions(self) -> list[ToolDefinition]:
         return [t.definition for t in self.tools]

@@ -49,6 +49,7 @@ from durable_agent.core.output_schema import check_output_schema
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_log import ExportSeed, LogRef
+from durable_agent.core.subagents import ChildRun, SubagentOrigin
 
 WORKFLOW_TYPE = "AgentRun"
 SIGNAL_CANCEL = "cancel"
@@ -116,6 +117,12 @@ class RunSettings(BaseModel):
         le=20,
         description="With output_schema: how many times the model may try again after an answer "
         "that is not a valid final result (default 3).",
+    )
+
+    subagent: SubagentOrigin | None = Field(
+        None,
+        description="Set by a run for the child a `task` call starts (docs/subagents.md): its parent, "
+        "its depth and the tools it may be offered; not for callers.",
     )
 
     @field_validator("output_schema")
@@ -210,10 +217,15 @@ class AgentRunInput(RunSettings):
         return open_export(self.resume_from) if self.resume_from is not None else None
 
 
-def without_none_output(data: dict[str, Any]) -> dict[str, Any]:
-    """A result's or a status's JSON without ``output`` when it is None (a run without a schema)."""
+def without_none_output(data: dict[str, Any], *unset: str) -> dict[str, Any]:
+    """A result's or a status's JSON without ``output`` when it is None (a run without a schema),
+    and without the fields named in ``unset`` when they are None or empty (the subagent fields of
+    a run without subagents): the JSON of such a run is what it was before."""
     if data.get("output", 0) is None:
         data.pop("output")
+    for name in unset:
+        if name in data and data[name] in (None, (), []):
+            data.pop(name)
     return data
 
 
@@ -341,10 +353,14 @@ class RunStatusView(Frozen):
     todos: tuple[TodoItem, ...] = ()  # the plan the model wrote last with ``todo_write``
     # a run with an output_schema: its answer once the model gave a valid one (left out when None)
     output: dict[str, Any] | None = None
+    # subagents (docs/subagents.md): the children this run started, and a child's parent (its
+    # workflow id); left out of the JSON when there are none
+    children: tuple[ChildRun, ...] = ()
+    parent_workflow_id: str | None = None
 
     @model_serializer(mode="wrap")
     def _without_no_output(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_none_output(handler(self))
+        return without_none_output(handler(self), "children", "parent_workflow_id")
 
 
 class AgentRunResult(Frozen):
@@ -364,6 +380,9 @@ class AgentRunResult(Frozen):
         output: A run with an ``output_schema``: its answer, the arguments of the model's valid
             ``final_result`` call (None when the run did not complete with one). Left out of the
             JSON when None, so a run without a schema has the result it had before.
+        cost_usd: A subagent's cost (its own and its children's) at its models' prices, which
+            its parent counts against its budget; None (left out of the JSON) for a run a host
+            started, or without prices.
     """
 
     session_id: str
@@ -377,10 +396,13 @@ class AgentRunResult(Frozen):
     export_failures: tuple[ExportFailure, ...]
     persistence_failures: tuple[str, ...] = ()
     output: dict[str, Any] | None = None
+    # A subagent's cost at its model's prices, for its parent's budget (None, left out of the
+    # JSON: a run a host started, or a model without prices).
+    cost_usd: float | None = None
 
     @model_serializer(mode="wrap")
     def _without_no_output(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_none_output(handler(self))
+        return without_none_output(handler(self), "cost_usd")
 
 
 class CarriedState(Frozen):
@@ -414,6 +436,7 @@ class CarriedState(Frozen):
     run_usage: TokenUsage | None = None  # this run's own usage, for its budgets (None: ``usage``)
     context: ContextLedger | None = None  # the context ledger (None: context not managed)
     todos: tuple[TodoItem, ...] = ()  # the plan the model wrote last (``todo_write``)
+    children: tuple[ChildRun, ...] = ()  # the subagents the run started (``core/subagents.py``)
     # Carried whole by runs recorded before linear history; replayed, never written.
     messages: tuple[Message, ...] = ()
     prior_runs: tuple[RunRecord, ...] = ()

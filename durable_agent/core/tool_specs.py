@@ -253,7 +253,9 @@ def in_workflow_policy(policy: PermissionPolicy) -> PermissionPolicy:
     """The rules as they apply to a tool the workflow answers itself (``ToolSpec.in_workflow``):
     its deny rules only. Such a tool touches nothing outside the run, so it is allowed whatever
     ``default`` and the ask rules say; a deny rule naming it (``todo_write``, ``*``) turns it off."""
-    return PermissionPolicy(deny=policy.deny, default="allow")
+    return PermissionPolicy(
+        deny=policy.deny, default="allow", within=tuple(in_workflow_policy(p) for p in policy.within)
+    )
 
 
 def offered_tools(specs: Iterable[ToolSpec], policy: PermissionPolicy) -> list[ToolSpec]:

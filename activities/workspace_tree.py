@@ -1,0 +1,556 @@
+"""The workspace's files as git trees: recorded after a tool call that may change them, their
+objects put in the run's export sink, and rebuilt from there (a rewind, a resume elsewhere).
+
+Each workspace has a shadow repository of its own, outside it (``<root>/<digest of the
+workspace's path>``), which git's plumbing runs with ``GIT_DIR`` the shadow, ``GIT_WORK_TREE``
+the workspace and the shadow's own index: the workspace's ``.git`` (its history, its index)
+is never read or written. ``git add -A`` then ``git write-tree`` give the tree; the index keeps
+each file's stat data, so a boundary that changed one file hashes one file. Files the
+workspace's ``.gitignore`` files (or its ``.git/info/exclude``) ignore are left out, as are
+``.git`` folders, the worker's own folders inside the workspace, and files past the size
+bounds (``[workspace_checkpoints]``), which the event names.
+
+The objects go to the sink as git's loose objects (zlib of ``"<type> <size>\\0<body>"``), named
+by their SHA-1, the sink keeping each once (``ObjectSink``): a boundary sends the objects of its
+tree that the last tree sent from this shadow to that sink did not hold, less those the sink
+already has. Git's own settings (``~/.gitconfig``, ``/etc/gitconfig``) are not read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import stat
+import subprocess
+import threading
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from durable_agent.activities.files import write_atomic, write_synced
+from durable_agent.activities.sinks import ExportSink, ObjectSink
+from durable_agent.config import (
+    AgentConfig,
+    FilesystemSinkConfig,
+    FilesystemStoreConfig,
+    WorkspaceCheckpointsConfig,
+)
+from durable_agent.core.errors import DurableAgentError
+from durable_agent.core.models import WorkspaceState
+
+__all__ = [
+    "ShadowRepo",
+    "WorkspaceTreeError",
+    "WorkspaceTrees",
+    "default_shadow_root",
+    "fetch_tree",
+    "object_id",
+    "own_folders",
+    "restore_tree",
+]
+
+log = logging.getLogger(__name__)
+
+# git alone: neither the user's settings nor the system's, no prompt, plain messages
+_ENV = {
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "LC_ALL": "C",
+}
+_SETTINGS = (
+    ("gc.auto", "0"),
+    ("core.autocrlf", "false"),
+    ("core.symlinks", "true"),
+    ("core.filemode", "true"),
+    # an index and an untracked cache made for large workspaces: a boundary reads only what changed
+    ("feature.manyFiles", "true"),
+)
+_LEFT_OUT_SHOWN = 100  # the most paths an event names as left out
+_FETCH_BATCH = 500  # objects asked of a sink at once
+
+# one record at a time in each shadow: the threads of this worker share the index
+_locks: dict[Path, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+class WorkspaceTreeError(DurableAgentError):
+    """The workspace could not be recorded, or a tree rebuilt (git failed, objects missing)."""
+
+
+def default_shadow_root() -> Path:
+    """``$XDG_STATE_HOME/durable-agent/shadow`` (``~/.local/state/durable-agent/shadow``)."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "durable-agent" / "shadow"
+
+
+def own_folders(config: AgentConfig) -> list[Path]:
+    """The worker's folders a workspace may hold, never recorded: its store's and its sinks'."""
+    own = [config.store.path] if isinstance(config.store, FilesystemStoreConfig) else []
+    return own + [sink.path for sink in config.sinks.values() if isinstance(sink, FilesystemSinkConfig)]
+
+
+def _lock(path: Path) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(path, threading.Lock())
+
+
+def object_id(data: bytes) -> str:
+    """The SHA-1 id of a loose object (its zlib-compressed bytes), checked to be one.
+
+    Raises:
+        WorkspaceTreeError: ``data`` is not a loose object.
+    """
+    try:
+        raw = zlib.decompress(data)
+    except zlib.error as exc:
+        raise WorkspaceTreeError(f"not a git object: {exc}") from None
+    head, sep, body = raw.partition(b"\0")
+    kind, _, size = head.partition(b" ")
+    if not sep or kind not in (b"blob", b"tree", b"commit", b"tag") or size != str(len(body)).encode():
+        raise WorkspaceTreeError("not a git object: its header does not add up")
+    return hashlib.sha1(raw).hexdigest()
+
+
+def _loose(kind: str, body: bytes) -> bytes:
+    return zlib.compress(f"{kind} {len(body)}\0".encode() + body, 1)
+
+
+def _tree_entries(body: bytes) -> list[tuple[bytes, str]]:
+    """A tree object's entries: (mode, id)."""
+    out, at = [], 0
+    while at < len(body):
+        space = body.index(b" ", at)
+        nul = body.index(b"\0", space)
+        out.append((body[at:space], body[nul + 1 : nul + 21].hex()))
+        at = nul + 21
+    return out
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A workspace recorded: its tree, and the files past the size bounds left out of it."""
+
+    tree: str
+    left_out: tuple[str, ...] = ()
+
+
+class ShadowRepo:
+    """The shadow repository of one workspace (see the module's docstring).
+
+    Args:
+        root: Where the shadow repositories are (one folder a workspace).
+        workspace: The workspace's folder.
+        max_file_bytes: A larger file is left out of the tree.
+        max_total_bytes: Past this in all, the largest files are left out until the rest fit.
+        exclude: Folders of the worker's own (its store, its sinks, the shadows) left out where
+            they are inside the workspace.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        workspace: Path,
+        *,
+        max_file_bytes: int = 10 * 1024 * 1024,
+        max_total_bytes: int = 1024 * 1024 * 1024,
+        exclude: Sequence[Path] = (),
+    ) -> None:
+        self.workspace = workspace.resolve()
+        self.git_dir = root.absolute() / hashlib.sha256(os.fsencode(self.workspace)).hexdigest()[:32]
+        self.max_file_bytes = max_file_bytes
+        self.max_total_bytes = max_total_bytes
+        self.exclude = (root, *exclude)
+
+    # --- git ------------------------------------------------------------------------------
+
+    def git(self, *args: str, stdin: bytes | None = None) -> bytes:
+        """Run git on the shadow and the workspace; its standard output.
+
+        Raises:
+            WorkspaceTreeError: git failed (its message), or is not installed.
+        """
+        env = {**os.environ, **_ENV, "GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.workspace)}
+        env.pop("GIT_INDEX_FILE", None)
+        for attempt in range(40):
+            try:
+                done = subprocess.run(
+                    ["git", *args], input=stdin, capture_output=True, env=env, cwd=self.workspace, check=False
+                )
+            except OSError as exc:
+                raise WorkspaceTreeError(f"cannot run git: {exc}") from None
+            if done.returncode == 0:
+                return done.stdout
+            message = done.stderr.decode("utf-8", "replace").strip()
+            # another worker's process holds the index for a moment
+            if "index.lock" not in message or attempt == 39:
+                raise WorkspaceTreeError(f"git {args[0]} failed: {message}")
+            time.sleep(0.05)
+        raise AssertionError("unreachable")
+
+    def prepare(self) -> None:
+        """Make the workspace's folder and the shadow, where they are not yet (a rebuild)."""
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        with _lock(self.git_dir):
+            self._init()
+
+    def _init(self) -> None:
+        if (self.git_dir / "HEAD").exists():
+            return
+        self.git_dir.mkdir(parents=True, exist_ok=True)
+        self.git("init", "-q", "--template=")
+        for key, value in _SETTINGS:
+            self.git("config", key, value)
+
+    def _write_excludes(self) -> None:
+        """The shadow's ``info/exclude``: the workspace's own, and the worker's folders in it."""
+        lines: list[str] = []
+        own = self.workspace / ".git" / "info" / "exclude"
+        with contextlib.suppress(OSError):
+            lines.append(own.read_text(encoding="utf-8", errors="replace"))
+        for path in self.exclude:
+            try:
+                inside = path.absolute().resolve().relative_to(self.workspace)
+            except ValueError:
+                continue
+            if inside.parts:
+                lines.append("/" + inside.as_posix() + "/")
+        text = "\n".join(lines) + "\n"
+        target = self.git_dir / "info" / "exclude"
+        try:
+            if target.read_text(encoding="utf-8") == text:
+                return
+        except OSError:
+            pass
+        target.parent.mkdir(exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+    # --- recording ------------------------------------------------------------------------
+
+    def record(self) -> Recorded:
+        """Record the workspace's files as they are now (see the module's docstring).
+
+        Returns:
+            The tree, and the files left out for their size.
+
+        Raises:
+            WorkspaceTreeError: The workspace is not a folder, or git failed.
+        """
+        if not self.workspace.is_dir():
+            raise WorkspaceTreeError(f"workspace {str(self.workspace)!r} is not a folder")
+        with _lock(self.git_dir):
+            self._init()
+            self._write_excludes()
+            left_out = self._too_large()
+            if left_out:
+                skip = b"".join(b":(exclude,literal)" + os.fsencode(p) + b"\0" for p in left_out)
+                self.git("add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul", stdin=b".\0" + skip)
+                drop = b"".join(b":(literal)" + os.fsencode(p) + b"\0" for p in left_out)
+                self.git(
+                    "rm",
+                    "--cached",
+                    "-r",
+                    "-q",
+                    "--ignore-unmatch",
+                    "--pathspec-from-file=-",
+                    "--pathspec-file-nul",
+                    stdin=drop,
+                )
+            else:
+                self.git("add", "-A")
+            tree = self.git("write-tree").decode().strip()
+        return Recorded(tree, tuple(left_out))
+
+    def _too_large(self) -> list[str]:
+        """The files past the size bounds, in name order: of the files new or changed since the
+        last record (those left out before are new again), the larger than ``max_file_bytes``,
+        and the largest of the rest while together they pass ``max_total_bytes``."""
+        listed = self.git("ls-files", "-z", "--modified", "--others", "--exclude-standard")
+        sizes: dict[str, int] = {}
+        for raw in listed.split(b"\0"):
+            if not raw or raw.endswith(b"/"):  # a nested repository, listed as a folder
+                continue
+            name = os.fsdecode(raw)
+            try:
+                st = os.lstat(self.workspace / name)
+            except OSError:
+                continue  # deleted: dropped from the index by ``add -A``
+            if stat.S_ISREG(st.st_mode):
+                sizes[name] = st.st_size
+        out = {name for name, size in sizes.items() if size > self.max_file_bytes}
+        total = sum(size for name, size in sizes.items() if name not in out)
+        for name, size in sorted(sizes.items(), key=lambda item: (-item[1], item[0])):
+            if total <= self.max_total_bytes:
+                break
+            if name not in out:
+                out.add(name)
+                total -= size
+        return sorted(out)
+
+    def objects_since(self, tree: str, since: str | None) -> list[str]:
+        """The ids of ``tree`` and of the objects under it, less those under ``since``."""
+        args = ["rev-list", "--objects", tree]
+        if since is not None and since != tree and self.has([since]) == {since}:
+            args += ["--not", since]
+        elif since == tree:
+            return []
+        return [line.split(b" ", 1)[0].decode() for line in self.git(*args).splitlines() if line]
+
+    def has(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` the shadow holds."""
+        if not ids:
+            return set()
+        out = self.git(
+            "cat-file", "--batch-check=%(objectname) %(objecttype)", stdin="\n".join(ids).encode() + b"\n"
+        )
+        return {line.split(b" ")[0].decode() for line in out.splitlines() if not line.endswith(b" missing")}
+
+    def read(self, ids: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+        """The objects of ``ids`` the shadow holds: (type, body)."""
+        if not ids:
+            return {}
+        out = self.git("cat-file", "--batch", stdin="\n".join(ids).encode() + b"\n")
+        found: dict[str, tuple[str, bytes]] = {}
+        at = 0
+        while at < len(out):
+            end = out.index(b"\n", at)
+            head = out[at:end].split(b" ")
+            at = end + 1
+            if len(head) != 3:  # "<id> missing"
+                continue
+            size = int(head[2])
+            found[head[0].decode()] = (head[1].decode(), out[at : at + size])
+            at += size + 1
+        return found
+
+    def loose(self, ids: Sequence[str]) -> dict[str, bytes]:
+        """The objects of ``ids`` as loose objects, each checked against its id.
+
+        Raises:
+            WorkspaceTreeError: The shadow lacks one, or holds one damaged.
+        """
+        found: dict[str, bytes] = {}
+        packed = []
+        for oid in ids:
+            try:
+                found[oid] = (self.git_dir / "objects" / oid[:2] / oid[2:]).read_bytes()
+            except FileNotFoundError:
+                packed.append(oid)
+        for oid, (kind, body) in self.read(packed).items():
+            found[oid] = _loose(kind, body)
+        for oid in ids:
+            if oid not in found:
+                raise WorkspaceTreeError(f"the shadow {self.git_dir} lacks object {oid}")
+            if object_id(found[oid]) != oid:
+                raise WorkspaceTreeError(f"object {oid} in the shadow {self.git_dir} is damaged")
+        return found
+
+    def add_objects(self, objects: Mapping[str, bytes]) -> None:
+        """Keep loose objects (from a sink) in the shadow, each checked against its id first.
+
+        Raises:
+            WorkspaceTreeError: One is not the object its id names.
+        """
+        for oid, data in objects.items():
+            if object_id(data) != oid:
+                raise WorkspaceTreeError(f"the object given as {oid} is not that object")
+            path = self.git_dir / "objects" / oid[:2] / oid[2:]
+            if not path.exists():  # a copy: the sink holds the object durably
+                write_synced(path, data, 0o444, sync=False)
+
+    # --- pushing and rebuilding ----------------------------------------------------------
+
+    def pushed_to(self, sink_name: str) -> str | None:
+        """The last tree whose objects all went to ``sink_name`` from here."""
+        try:
+            return (self.git_dir / "pushed" / _key(sink_name)).read_text().strip() or None
+        except OSError:
+            return None
+
+    def mark_pushed(self, sink_name: str, tree: str) -> None:
+        write_atomic(self.git_dir / "pushed" / _key(sink_name), tree.encode() + b"\n")
+
+    def checkout(self, tree: str) -> None:
+        """Make the workspace's files those of ``tree``, whose objects the shadow holds: the files
+        recorded now and not in it are removed; files never recorded (ignored, left out for their
+        size) are left as they are."""
+        self.prepare()
+        self.record()
+        with _lock(self.git_dir):
+            self.git("read-tree", "--reset", "-u", tree)
+
+    def differences(self, was: str, now: str) -> list[str]:
+        """The paths that differ from tree ``was`` (a checkpoint's) to ``now`` (the workspace's):
+        ``path: changed``, ``path: missing`` (not in ``now``), ``path: not in the checkpoint``."""
+        out = self.git("diff-tree", "-r", "--no-renames", "--name-status", "-z", was, now)
+        fields = [os.fsdecode(f) for f in out.split(b"\0") if f]
+        said = {"A": "not in the checkpoint", "D": "missing"}
+        return [
+            f"{path}: {said.get(s, 'changed')}" for s, path in zip(fields[::2], fields[1::2], strict=True)
+        ]
+
+
+def _key(name: str) -> str:
+    return hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+
+
+async def fetch_tree(repo: ShadowRepo, tree: str, sink: ObjectSink, *, blobs: bool = True) -> None:
+    """Bring ``tree``'s objects the shadow lacks from ``sink`` (its subtrees; with ``blobs``, its
+    files' too).
+
+    Raises:
+        WorkspaceTreeError: The sink lacks one, or gave one that is not what its id names.
+    """
+    await asyncio.to_thread(repo.prepare)
+    level, files = [tree], set()
+    while level:
+        local = await asyncio.to_thread(repo.read, level)
+        missing = [oid for oid in level if oid not in local]
+        for start in range(0, len(missing), _FETCH_BATCH):
+            got = await sink.get_objects(missing[start : start + _FETCH_BATCH])
+            await asyncio.to_thread(repo.add_objects, got)
+            for oid, data in got.items():
+                raw = zlib.decompress(data)
+                local[oid] = ("tree", raw.partition(b"\0")[2])
+        if lacking := [oid for oid in level if oid not in local]:
+            raise WorkspaceTreeError(f"the sink does not hold tree {lacking[0]} (of workspace tree {tree})")
+        level = []
+        for oid in sorted(set(local)):
+            for mode, child in _tree_entries(local[oid][1]):
+                if mode == b"40000":
+                    level.append(child)
+                elif mode != b"160000":  # a submodule's commit is not in the workspace's objects
+                    files.add(child)
+    if not blobs:
+        return
+    wanted = sorted(files)
+    held = await asyncio.to_thread(repo.has, wanted)
+    missing = [oid for oid in wanted if oid not in held]
+    for start in range(0, len(missing), _FETCH_BATCH):
+        batch = missing[start : start + _FETCH_BATCH]
+        got = await sink.get_objects(batch)
+        if lacking := [oid for oid in batch if oid not in got]:
+            raise WorkspaceTreeError(f"the sink does not hold object {lacking[0]} (of workspace tree {tree})")
+        await asyncio.to_thread(repo.add_objects, got)
+
+
+async def restore_tree(repo: ShadowRepo, tree: str, sink: ObjectSink) -> None:
+    """Make ``repo``'s workspace hold the files of ``tree``, read from ``sink`` as needed
+    (``ShadowRepo.checkout`` says which files change)."""
+    await fetch_tree(repo, tree, sink)
+    await asyncio.to_thread(repo.checkout, tree)
+
+
+class WorkspaceTrees:
+    """The worker's side: a workspace recorded after a tool call, its objects sent to the run's
+    sink; a resumed run's workspace compared with its checkpoint's tree.
+
+    Args:
+        config: ``[workspace_checkpoints]``.
+        sinks: The worker's export sinks by name (those that are ``ObjectSink`` hold trees).
+        exclude: The worker's own folders, left out where they are inside a workspace.
+    """
+
+    def __init__(
+        self,
+        config: WorkspaceCheckpointsConfig,
+        sinks: Mapping[str, ExportSink],
+        exclude: Sequence[Path] = (),
+    ) -> None:
+        self.config = config
+        self.sinks = sinks
+        self.root = config.path or default_shadow_root()
+        self.exclude = tuple(exclude)
+        self._warned: set[str] = set()
+
+    def repo(self, workspace: Path) -> ShadowRepo:
+        """The shadow repository of ``workspace``."""
+        c = self.config
+        return ShadowRepo(
+            self.root,
+            workspace,
+            max_file_bytes=c.max_file_bytes,
+            max_total_bytes=c.max_total_bytes,
+            exclude=self.exclude,
+        )
+
+    def object_sink(self, sink_name: str | None) -> ObjectSink | None:
+        sink = self.sinks.get(sink_name or "")
+        return sink if isinstance(sink, ObjectSink) else None
+
+    async def record(self, workspace: Path, sink_name: str | None) -> WorkspaceState | None:
+        """Record ``workspace`` and send its new objects to the sink ``sink_name``.
+
+        Args:
+            workspace: The run's workspace.
+            sink_name: The run's export sink (None: a workflow that does not say; nothing is recorded).
+
+        Returns:
+            The tree (and the files left out of it), or None: recording is off, the sink holds no
+            trees, or it failed (logged; the call's result stands without it).
+        """
+        sink = self.object_sink(sink_name) if self.config.enabled else None
+        if sink is None or sink_name is None:
+            if self.config.enabled and sink_name is not None and sink_name not in self._warned:
+                self._warned.add(sink_name)
+                log.warning(
+                    "export sink %r cannot hold workspace trees: workspaces are not recorded", sink_name
+                )
+            return None
+        repo = self.repo(workspace)
+        try:
+            recorded = await asyncio.to_thread(repo.record)
+            since = await asyncio.to_thread(repo.pushed_to, sink_name)
+            candidates = await asyncio.to_thread(repo.objects_since, recorded.tree, since)
+            if candidates:
+                missing = await sink.missing_objects(candidates)
+                if missing:
+                    await sink.put_objects(await asyncio.to_thread(repo.loose, missing))
+            if since != recorded.tree:
+                await asyncio.to_thread(repo.mark_pushed, sink_name, recorded.tree)
+        except (WorkspaceTreeError, OSError) as exc:
+            log.warning("workspace %s was not recorded: %s", workspace, exc)
+            return None
+        except DurableAgentError as exc:  # the sink refused (``SinkError``)
+            log.warning("workspace %s: sink %r did not take its objects: %s", workspace, sink_name, exc)
+            return None
+        if recorded.left_out:
+            log.warning(
+                "workspace %s: %d files left out of its tree for their size",
+                workspace,
+                len(recorded.left_out),
+            )
+        return WorkspaceState(tree=recorded.tree, left_out=recorded.left_out[:_LEFT_OUT_SHOWN])
+
+    async def differences(self, workspace: Path, tree: str, sink_name: str) -> list[str]:
+        """What differs between ``workspace``'s files and the tree a checkpoint recorded.
+
+        Args:
+            workspace: The workspace of a resumed run.
+            tree: The checkpoint's tree.
+            sink_name: The sink that may hold the tree's objects (to name the paths that differ).
+
+        Returns:
+            ``path: changed``, ``path: missing``, ``path: not in the checkpoint`` (empty: the
+            same files; see ``ShadowRepo.differences``); one line saying
+            so when they differ and the tree's objects are nowhere to compare with.
+
+        Raises:
+            WorkspaceTreeError: The workspace cannot be recorded.
+        """
+        repo = self.repo(workspace)
+        now = (await asyncio.to_thread(repo.record)).tree
+        if now == tree:
+            return []
+        sink = self.object_sink(sink_name)
+        try:
+            if sink is not None:
+                await fetch_tree(repo, tree, sink, blobs=False)
+            return await asyncio.to_thread(repo.differences, tree, now)
+        except WorkspaceTreeError:
+            return [f"the files are not those of tree {tree}, whose objects sink {sink_name!r} does not hold"]

@@ -1,0 +1,173 @@
+"""``durable-agent rewind`` and ``resume --restore-workspace``: a workspace's files rebuilt from
+the git tree an export recorded (``activities/workspace_tree.py``), read from the filesystem
+sink of this machine's config.
+
+The parser (``cli/commands.py``) imports this module only when one of these runs. The files
+are written on this machine: run them where the worker's workspace is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import WorkflowExecutionStatus
+
+from durable_agent.cli.common import err, network, one_line, workspace_arg
+from durable_agent.config import ConfigError, FilesystemSinkConfig, load_config
+from durable_agent.core.errors import DurableAgentError
+from durable_agent.core.export import SessionCheckpointExportV1, workspace_tree_of
+
+
+class RewindError(DurableAgentError):
+    """The files cannot be rebuilt, or the run cannot be rewound (the message says why)."""
+
+
+def export_tree(export: SessionCheckpointExportV1) -> str:
+    """The workspace's tree the export's run recorded last.
+
+    Raises:
+        RewindError: The export recorded none (its run changed no file, or its worker did not record).
+    """
+    tree = workspace_tree_of(export.open().source_run().events)
+    if tree is None:
+        d = export.descriptor
+        raise RewindError(f"the export of run {d.run_id} at turn {d.turn} recorded no workspace tree")
+    return tree
+
+
+def _sink(name: str | None) -> tuple[str, Any, Path]:
+    """The filesystem sink ``name`` (default: the config's), and the config's shadow folder."""
+    from durable_agent.activities.sinks import FilesystemExportSink
+    from durable_agent.activities.workspace_tree import default_shadow_root
+
+    config = load_config()
+    name = name or config.default_sink
+    sink = config.sinks.get(name or "")
+    if not isinstance(sink, FilesystemSinkConfig):
+        raise RewindError(
+            f"sink {name!r} is not a filesystem sink of this config: only those hold workspace trees"
+        )
+    return (
+        name or "",
+        FilesystemExportSink(sink.path),
+        config.workspace_checkpoints.path or default_shadow_root(),
+    )
+
+
+def restore_workspace(export: SessionCheckpointExportV1, folder: Path, sink_name: str | None) -> str:
+    """Make ``folder`` hold the files of the export's last workspace tree (files recorded there
+    and not in the tree are removed; ignored files and files never recorded stay).
+
+    Args:
+        export: The export (validated here).
+        folder: The workspace to rebuild (made when it is not there).
+        sink_name: The filesystem sink that holds the tree's objects (default: the config's).
+
+    Returns:
+        The tree's id.
+
+    Raises:
+        RewindError: No tree, no such sink, or the sink lacks an object; ``ExportError`` when the
+            export does not validate.
+    """
+    from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTreeError, restore_tree
+
+    tree = export_tree(export)
+    _, sink, shadow = _sink(sink_name)
+    try:
+        asyncio.run(restore_tree(ShadowRepo(shadow, folder), tree, sink))
+    except WorkspaceTreeError as exc:
+        raise RewindError(str(exc)) from None
+    return tree
+
+
+async def _locate(args: argparse.Namespace) -> tuple[Path, str]:
+    """The run's export at ``--turn`` in the sink, and its workspace; refused while it runs."""
+    from temporalio.api.common.v1 import Payload
+
+    from durable_agent.activities.store.session_store import safe_name
+    from durable_agent.client import connect, run_result
+
+    client = await connect()
+    handle = client.get_workflow_handle(args.workflow_id)
+    described = await handle.describe()
+    if described.status == WorkflowExecutionStatus.RUNNING:
+        raise RewindError(
+            f"run {args.workflow_id} is still running: end it (`durable-agent end`) or cancel it first"
+        )
+    result = await run_result(client, args.workflow_id)
+    digests = [e.content_digest for e in result.exports if e.turn == args.turn]
+    if not digests:
+        turns = sorted({e.turn for e in result.exports})
+        raise RewindError(f"run {args.workflow_id} has no export at turn {args.turn} (turns: {turns})")
+    _, sink, _ = _sink(args.sink)
+    digest = digests[-1].removeprefix("sha256:")[:16]
+    path = (
+        sink.root
+        / safe_name(result.session_id)
+        / safe_name(result.run_id)
+        / f"turn-{args.turn:06d}-{digest}.json"
+    )
+    workspace = args.workspace
+    if workspace is None:  # the folder the run was started with, else the worker's default
+        first = client.get_workflow_handle(args.workflow_id, run_id=result.run_id)
+        async for event in first.fetch_history_events():
+            payloads: list[Payload] = list(event.workflow_execution_started_event_attributes.input.payloads)
+            [data] = await client.data_converter.decode(payloads, [dict])
+            workspace = data.get("workspace") if isinstance(data, dict) else None
+            break
+    return path, str(Path(workspace or load_config().default_workspace).expanduser().resolve())
+
+
+def cmd_rewind(args: argparse.Namespace) -> int:
+    """Rebuild a finished run's workspace as it was at ``--turn``, then start a new run resumed
+    from its export of that turn (as ``resume`` does)."""
+    from durable_agent.activities.sink_files import read_export_file
+    from durable_agent.cli.commands import Handler
+
+    located = network(_locate_code)(args)
+    if located != 0:
+        return located
+    path, workspace = args.located
+    try:
+        export = read_export_file(path)
+        tree = restore_workspace(export, Path(workspace), args.sink)
+    except (OSError, ValueError, RewindError) as exc:
+        err(f"rewind: {one_line(exc) if not isinstance(exc, RewindError) else exc}")
+        return 2
+    print(f"workspace {workspace} restored to turn {args.turn} (tree {tree})")
+    args.command, args.export, args.workspace = "resume", str(path), workspace
+    args.on_worker, args.restore_workspace = False, None
+    # ``resume``'s own handler, by name: ``run_commands`` imports this module for ``--restore-workspace``
+    return Handler("run_commands", "cmd_run")(args)
+
+
+async def _locate_code(args: argparse.Namespace) -> int:
+    try:
+        args.located = await _locate(args)
+    except (RewindError, ConfigError) as exc:
+        err(f"rewind: {exc}")
+        return 2
+    return 0
+
+
+def restore_for_resume(args: argparse.Namespace, export: SessionCheckpointExportV1 | None) -> str | None:
+    """``resume --restore-workspace DIR``: rebuild DIR from the export before the run starts.
+
+    Returns:
+        DIR as the run's workspace, or None when the files could not be rebuilt (said on stderr).
+    """
+    from durable_agent.cli.exports import read_export_ref
+
+    folder = Path(args.restore_workspace).expanduser().absolute()
+    try:
+        export = export or read_export_ref(args.export, args.sink)
+        tree = restore_workspace(export, folder, args.sink)
+    except (OSError, ValueError, RewindError, ConfigError) as exc:
+        err(f"resume: --restore-workspace: {exc if isinstance(exc, RewindError) else one_line(exc)}")
+        return None
+    print(f"workspace {folder} rebuilt from tree {tree}")
+    return workspace_arg(str(folder))

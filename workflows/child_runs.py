@@ -1,0 +1,268 @@
+"""The ``task`` tool: a call of it starts a child ``AgentRun`` and waits for its answer.
+
+The child is a run of its own (a child workflow: its own run id, history, context and
+export series) in the parent's session and workspace, started with the input a client
+would send (``AgentRunInput``, with ``subagent`` saying who its parent is), so it is
+resolved, run, exported and ended as any run is. Its final answer is the call's tool
+result; a child that did not complete is a tool error the parent's model sees.
+
+- Its workflow id comes from the parent's and the call's (``child_workflow_id``): a
+  workflow task that runs again after its worker died, or a replay, finds the child it
+  started; Temporal keeps the child running meanwhile, on any worker.
+- ``parent_close_policy=REQUEST_CANCEL``: a parent that ends, however, cancels the children
+  still running; a cancel of the parent (signal or Temporal request) cancels them at once
+  and waits for them to end, as a cancel waits for a tool activity.
+- What a child may do is at most what its parent may (``core/subagents.py``): its tools
+  are the parent's (or fewer), its rules the parent's within the agent type's, its budgets
+  what remains of the parent's; its depth and the parent's count of children are bounded.
+- Each child's ``subagent_start`` and ``subagent_end`` events are the parent's
+  (``LoopState.record_subagent``): the end's carries the child's run id and its last
+  export's digest, so the parent's exports link the child's series.
+
+``task`` calls are offered as ``parallel``: the calls of one answer start their children at
+once and wait for them together (``call_batch.py``), each boundary recorded in the
+answer's order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from durable_agent.core.activity_api import ToolOutput
+    from durable_agent.core.errors import validation_message
+    from durable_agent.core.failures import failure_message
+    from durable_agent.core.loop import LoopState
+    from durable_agent.core.models import PermissionDeniedEvent, ToolUseBlock
+    from durable_agent.core.output_schema import FINAL_RESULT_TOOL
+    from durable_agent.core.run_api import WORKFLOW_TYPE, AgentRunInput, AgentRunResult
+    from durable_agent.core.subagents import (
+        TASK,
+        ChildRun,
+        SubagentOrigin,
+        SubagentPlan,
+        TaskArgs,
+        child_policy,
+        child_workflow_id,
+        task_answer,
+    )
+    from durable_agent.core.tool_specs import in_workflow_policy
+
+from durable_agent.workflows.calls import Cancellation, RunCancelled, now_ms
+from durable_agent.workflows.display import RunDisplay
+from durable_agent.workflows.workflow_metrics import invalid_tool_call, tool_call_refused
+
+SUMMARY_CHARS = 120
+
+
+def child_input(state: LoopState, args: TaskArgs, call: ToolUseBlock) -> AgentRunInput:
+    """The input of the child a ``task`` call starts, as a client would send it.
+
+    Args:
+        state: The parent's state: its plan (tools, rules, budgets) and usage.
+        args: The call's arguments.
+        call: The call.
+
+    Returns:
+        The child's input: the parent's session, workspace, sink and model (or the agent
+        type's), its rules within the parent's, its tools the parent's (or the type's among
+        them), what remains of the parent's budgets, and who its parent is.
+    """
+    plan = state.plan
+    subagents = plan.subagents
+    assert subagents is not None
+    kind = subagents.types.get(args.agent_type) if args.agent_type else None
+    names = [o.definition.name for o in plan.tools if o.definition.name != FINAL_RESULT_TOOL]
+    if kind is not None and kind.tools is not None:
+        names = [name for name in names if name in kind.tools]
+    origin = SubagentOrigin(
+        parent_run_id=plan.run_id,
+        parent_workflow_id=workflow.info().workflow_id,
+        call_id=call.id,
+        depth=subagents.depth + 1,
+        agent_type=args.agent_type,
+        tools=tuple(names),
+    )
+    budgets: dict[str, Any] = {}
+    for budget in state.budgets():
+        left = budget.limit - budget.used
+        if budget.budget == "tokens":
+            budgets["max_total_tokens"] = max(int(left), 1)
+        else:
+            budgets["max_cost_usd"] = left
+    return AgentRunInput(
+        prompt=args.prompt,
+        session_id=plan.session_id,
+        workspace=plan.workspace,
+        model=(kind.model if kind is not None else None) or plan.model,
+        permissions=child_policy(plan.permissions, kind.permissions if kind is not None else None),
+        export_sink=plan.export_sink,
+        max_tool_rounds=kind.max_tool_rounds if kind is not None else None,
+        approval_timeout_seconds=plan.approval_timeout_seconds,
+        subagent=origin,
+        **budgets,
+    )
+
+
+class SubagentRunner:
+    """Answers ``task`` calls with child runs (see the module docstring).
+
+    Args:
+        cancellation: The parent's cancel flag: a cancel cancels its children.
+        display: The parent's details in the UI.
+    """
+
+    def __init__(self, cancellation: Cancellation, display: RunDisplay) -> None:
+        self._cancellation = cancellation
+        self._display = display
+        self._starting = 0  # children being started now: they count against ``max_children``
+
+    async def run(self, state: LoopState, call: ToolUseBlock) -> ToolOutput:
+        """Start the call's child, wait for it to end, and give its answer.
+
+        Args:
+            state: The parent's state.
+            call: The ``task`` call.
+
+        Returns:
+            The child's answer, or the tool error the parent's model is shown (the call is
+                refused, the child could not start, or it did not complete).
+
+        Raises:
+            RunCancelled: The parent was cancelled; its child was cancelled first.
+        """
+        plan = state.plan
+        if in_workflow_policy(plan.permissions).decide(call.name, None) == "deny":
+            reason = f"permission denied: {call.name} is not allowed by the run's permissions"
+            tool_call_refused(call.name, by_person=False)
+            state.journal.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=reason), now_ms())
+            return ToolOutput(content=reason, is_error=True)
+        try:
+            args = TaskArgs.model_validate(call.input)
+        except ValidationError as exc:
+            invalid_tool_call(plan.tools, call.name)
+            return ToolOutput(
+                content=f"invalid arguments for {TASK!r}: {validation_message(exc)}", is_error=True
+            )
+        refusal = self._refusal(state, args)
+        if refusal is not None:
+            return ToolOutput(content=refusal, is_error=True)
+        self._starting += 1
+        try:
+            return await self._child(state, call, args)
+        finally:
+            self._starting -= 1
+
+    def _refusal(self, state: LoopState, args: TaskArgs) -> str | None:
+        """Why the call may not start a child, if it may not."""
+        subagents: SubagentPlan | None = state.plan.subagents
+        if subagents is None or not subagents.may_start():
+            return f"{TASK!r} cannot start a subagent here: this run is at the most depth subagents may reach"
+        if args.agent_type is not None and args.agent_type not in subagents.types:
+            known = ", ".join(sorted(subagents.types)) or "none (leave agent_type out)"
+            return f"unknown agent_type {args.agent_type!r}; the kinds of subagent are: {known}"
+        started = sum(1 for c in state.children if c.run_id is not None) + self._starting
+        if started >= subagents.max_children:
+            return (
+                f"this run has started {started} subagents, the most it may ([agents] "
+                f"max_children={subagents.max_children}): do the rest of the work here"
+            )
+        spent = next((b for b in state.budgets() if b.used >= b.limit), None)
+        if spent is not None:
+            return f"no budget is left for a subagent ({spent.budget}: {spent.used:g} of {spent.limit:g})"
+        return None
+
+    async def _child(self, state: LoopState, call: ToolUseBlock, args: TaskArgs) -> ToolOutput:
+        plan = state.plan
+        assert plan.subagents is not None
+        workflow_id = child_workflow_id(workflow.info().workflow_id, state.tool_rounds, call.id)
+        child = ChildRun(
+            call_id=call.id, workflow_id=workflow_id, description=args.description, agent_type=args.agent_type
+        )
+        run_input = child_input(state, args, call)
+        kind = f" ({args.agent_type})" if args.agent_type else ""
+        try:
+            handle = await workflow.start_child_workflow(
+                WORKFLOW_TYPE,
+                run_input.model_dump(mode="json", exclude_none=True),
+                id=workflow_id,
+                result_type=AgentRunResult,
+                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+                task_timeout=timedelta(seconds=plan.timeouts.workflow_task_seconds),
+                static_summary=_one_line(f"task{kind}: {args.description}"),
+                static_details=f"**subagent of** `{workflow.info().workflow_id}` (call `{call.id}`)\n\n"
+                f"**prompt:** {_one_line(args.prompt, 400)}",
+            )
+        except asyncio.CancelledError:
+            self._cancellation.temporal_request()
+            raise RunCancelled() from None
+        except FailureError as exc:  # the start was refused (a workflow of that id is running)
+            ended = child.model_copy(update={"status": "not_started", "error": failure_message(exc)})
+            state.record_subagent(ended, now_ms())
+            return ToolOutput(content=f"the subagent could not start: {ended.error}", is_error=True)
+        child = child.model_copy(update={"run_id": handle.first_execution_run_id})
+        state.record_subagent(child, now_ms())
+        self._display.details(f"subagent `{workflow_id}` started: {args.description}", state)
+        ended, answer = await self._end(state, child, handle)
+        text, is_error = task_answer(ended, answer, self._limit(state))
+        return ToolOutput(content=text, is_error=is_error)
+
+    async def _end(
+        self, state: LoopState, child: ChildRun, handle: workflow.ChildWorkflowHandle[Any, AgentRunResult]
+    ) -> tuple[ChildRun, str]:
+        """The child as it ended, its end recorded, and its final answer ("" when it has none).
+        A cancel of the parent cancels the child and waits for it to end, then stops the parent."""
+        cancellation = self._cancellation
+        try:
+            await workflow.wait_condition(lambda: handle.done() or cancellation.requested)
+        except asyncio.CancelledError:
+            cancellation.temporal_request()  # a Temporal cancel request of the parent
+        if not handle.done():
+            handle.cancel()
+        try:
+            result = await handle
+        except (ChildWorkflowError, asyncio.CancelledError) as exc:
+            # a child cancelled ends Canceled, one refused at its start fails: no result either way
+            cancelled = (
+                cancellation.requested
+                or isinstance(exc, asyncio.CancelledError)
+                or (isinstance(exc.cause, CancelledError) if isinstance(exc, ChildWorkflowError) else False)
+            )
+            status = "cancelled" if cancelled else "failed"
+            ended = child.model_copy(update={"status": status, "error": failure_message(exc)})
+            answer = ""
+        else:
+            last = result.exports[-1].content_digest if result.exports else None
+            ended = child.model_copy(
+                update={
+                    "status": result.status,
+                    "error": result.error,
+                    "final_content_digest": last,
+                    "exports": len(result.exports),
+                    "usage": result.usage,
+                    "cost_usd": result.cost_usd,
+                }
+            )
+            answer = result.text
+        state.record_subagent(ended, now_ms())
+        cancellation.check()
+        return ended, answer
+
+    @staticmethod
+    def _limit(state: LoopState) -> int:
+        subagents = state.plan.subagents
+        assert subagents is not None
+        return subagents.max_answer_chars
+
+
+def _one_line(text: str, limit: int = SUMMARY_CHARS) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
