@@ -62,6 +62,13 @@ def git_repo(tmp: Path) -> Path:
     return repo
 
 
+async def listed(acts: AgentActivities) -> None:
+    """Wait until the worker has listed its MCP servers. A run's start waits at most 4 s for a
+    listing (``STEP_WAIT_SECONDS``), and a loaded machine can take longer to start a server:
+    the run would then be offered none of its tools, which these tests are not about."""
+    await acts.mcp.refresh()
+
+
 def mcp_config(
     tmp: Path, responses: list[dict[str, Any]], servers: dict[str, Any], **extra: Any
 ) -> AgentConfig:
@@ -103,6 +110,7 @@ async def test_a_run_calls_mcp_tools_of_reference_servers_with_exports(
     acts = AgentActivities(config, sinks={"local": sink})
     try:
         async with running_worker(client, acts) as queue:
+            await listed(acts)
             handle = await start(
                 client, queue, workspace_with(tmp_path, {}), "what time is it, what changed?"
             )
@@ -142,6 +150,7 @@ async def test_mcp_permissions_deny_ask_and_argument_patterns(client: Client, tm
     acts = AgentActivities(config, sinks={"local": sink})
     try:
         async with running_worker(client, acts) as queue:
+            await listed(acts)
             handle = await start(client, queue, workspace_with(tmp_path, {}), "use the tools")
             waiting = await awaiting_approval(handle)
             assert [p.tool for p in waiting.pending_approvals] == ["mcp__tools__count"]
@@ -176,6 +185,7 @@ async def test_a_server_killed_mid_call_is_retried_only_when_safe(
     acts = AgentActivities(config, sinks={"local": sink})
     try:
         async with running_worker(client, acts) as queue:
+            await listed(acts)
             handle = await start(client, queue, workspace_with(tmp_path, {}), "sleep a little")
             first = int(
                 await until("the slow call to start", lambda: pid_file.exists() and pid_file.read_text())
@@ -203,6 +213,7 @@ async def test_a_cancel_stops_an_mcp_call_in_flight(client: Client, tmp_path: Pa
     acts = AgentActivities(config, sinks={"local": RecordingSink()})
     try:
         async with running_worker(client, acts) as queue:
+            await listed(acts)
             handle = await start(client, queue, workspace_with(tmp_path, {}), "sleep a minute")
             await started(pid_file)
             began = time.monotonic()
@@ -309,27 +320,29 @@ def http_server() -> Iterator[Any]:
 async def test_a_catalog_change_refuses_a_resume_unless_forced(
     client: Client, tmp_path: Path, http_server: Any
 ) -> None:
-    url = http_server()
+    url = http_server("--extra-tool")  # the server offers one tool more than it will later
     responses = [tool_call("e1", "mcp__web__echo", text="before"), final("one")]
     config = mcp_config(tmp_path, responses, {"web": {"url": url}})
     sink = RecordingSink()
     acts = AgentActivities(config, sinks={"local": sink})
     try:
         async with running_worker(client, acts) as queue:
+            await listed(acts)
             handle = await start(client, queue, workspace_with(tmp_path, {}), "echo")
             assert (await handle.result()).status == "completed"
     finally:
         await acts.aclose()
     export = sink.exports[0]
     before = export.open().logical_resume.capability_binding
-    assert before is not None
+    assert before is not None and "mcp__web__extra_tool" in before.tools
 
-    url = http_server("--extra-tool")  # the server now offers one more tool
+    url = http_server()  # the server no longer offers `extra`
     # the scripted model answers by step: the export ends after the first call
     config = mcp_config(tmp_path, [responses[0], final("resumed")], {"web": {"url": url}})
     acts = AgentActivities(config)
     try:
         async with running_worker(client, acts) as queue:
+            await listed(acts)
             refused = await resume_run(client, export, queue=queue, workspace=str(tmp_path / "workspace"))
             with pytest.raises(WorkflowFailureError) as why:
                 await refused.result()
@@ -341,9 +354,46 @@ async def test_a_catalog_change_refuses_a_resume_unless_forced(
         await acts.aclose()
     message = str(why.value.cause)
     assert "capability binding differs" in message
-    assert "tools offered here only: mcp__web__extra_tool" in message
+    assert "tools no longer offered: mcp__web__extra_tool" in message
     assert "catalog generation" in message
     assert result.status == "completed"
+
+
+async def test_a_server_offering_a_tool_more_still_resumes_with_the_checkpoints_tools(
+    client: Client, tmp_path: Path, http_server: Any
+) -> None:
+    url = http_server()
+    responses = [tool_call("e1", "mcp__web__echo", text="before"), final("one")]
+    config = mcp_config(tmp_path, responses, {"web": {"url": url}})
+    sink = RecordingSink()
+    acts = AgentActivities(config, sinks={"local": sink})
+    try:
+        async with running_worker(client, acts) as queue:
+            await listed(acts)
+            assert (
+                await (await start(client, queue, workspace_with(tmp_path, {}), "echo")).result()
+            ).status == ("completed")
+    finally:
+        await acts.aclose()
+    export = sink.exports[0]
+
+    url = http_server("--extra-tool")  # the server now offers one more tool
+    again = tool_call("e2", "mcp__web__echo", text="after")  # step 2: the resumed run's first
+    config = mcp_config(tmp_path, [responses[0], again, final("resumed")], {"web": {"url": url}})
+    resumed = RecordingSink()
+    acts = AgentActivities(config, sinks={"local": resumed})
+    try:
+        async with running_worker(client, acts) as queue:
+            await listed(acts)
+            handle = await resume_run(client, export, queue=queue, workspace=str(tmp_path / "workspace"))
+            result = await handle.result()
+    finally:
+        await acts.aclose()
+    assert result.status == "completed", result.error
+    # the resumed run was offered what the checkpoint bound, not the tool added since
+    binding = resumed.exports[0].open().logical_resume.capability_binding
+    assert binding == export.open().logical_resume.capability_binding
+    assert "mcp__web__extra_tool" not in binding.tools
 
 
 async def test_a_running_worker_offers_a_servers_new_tools_to_the_next_run(
