@@ -8,6 +8,7 @@ the activities, each in a module named for what it does:
 - ``compactions`` (``activities/compaction.py``): ``agent.compact``, a summary of older turns;
 - ``tool_calls`` (``activities/tool_call.py``): ``agent.tool_call``;
 - ``hook_calls`` (``activities/hook_call.py``): ``agent.hook``, one ``[hooks]`` command;
+- ``restores`` (``activities/workspace_restore.py``): ``agent.restore_workspace``, a ``rewind``'s files;
 - ``run_logs`` (``activities/checkpointing.py``): ``agent.open_run``, ``agent.read_resume``,
   ``agent.checkpoint``, ``agent.save_checkpoint``, ``agent.export_checkpoint`` and
   ``agent.finish_run``;
@@ -45,6 +46,7 @@ from durable_agent.activities.tools.builtin import builtin_tools
 from durable_agent.activities.tools.custom import with_tools
 from durable_agent.activities.tools.sandbox import sandbox_settings
 from durable_agent.activities.tools.tool import Tool
+from durable_agent.activities.workspace_restore import WorkspaceRestores
 from durable_agent.activities.workspace_tree import WorkspaceTrees, own_folders
 from durable_agent.config import (
     AgentConfig,
@@ -160,6 +162,8 @@ class AgentActivities:
         # the [hooks] commands, in the sandbox the bash tool's commands run in
         self.hook_calls = HookCalls(sandbox_settings(config), self.redact)
         self.compactions = Compactions(self.model_calls)
+        # a ``rewind``: the workspace's files as one of the run's turns recorded them
+        self.restores = WorkspaceRestores(self.sinks, self.workspace_trees)
         # where the activities are: each method under ``@activity.defn`` is one (``all()``)
         self.parts: tuple[object, ...] = (
             self.planner,
@@ -169,6 +173,7 @@ class AgentActivities:
             self.run_logs,
             self.legacy,
             self.hook_calls,
+            self.restores,
         )
 
     async def connect(self) -> None:

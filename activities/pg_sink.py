@@ -13,12 +13,18 @@ of the run's parts (a few hundred bytes each) and writes again what the chain
 of the export, or of the export it builds on, no longer holds (rows deleted by
 hand, a restore that missed some), as the filesystem sink does. A repeat of an
 export that is whole here writes nothing.
+
+It is an ``ObjectSink`` too: the workspace's git objects (``activities/workspace_tree.py``) are
+rows in ``agent_object`` (sink, id), each kept once a sink whatever session or run sent it, the
+bytes those the filesystem sink writes under ``~objects/`` (git's loose object), so the same code
+rebuilds the files from either. ``put_objects`` returns once the transaction that holds them all
+has committed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -38,14 +44,24 @@ from durable_agent.activities.sink_manifest import (
     parse_json,
     part_header,
 )
-from durable_agent.activities.sinks import SinkError
+from durable_agent.activities.sinks import SinkError, object_id_checked
 from durable_agent.activities.store.postgres import PERMANENT_ERRORS, SINK_TABLES, PgPool
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
 from durable_agent.core.export_parts import PartedExport
 
+# What the sink writes: its exports and its workspace objects (never updated: content-addressed).
+OBJECT_TABLES: Final[Mapping[str, tuple[str, ...]]] = {"agent_object": ("SELECT", "INSERT")}
+# One statement's share of a ``put_objects`` (all of them in one transaction): a boundary that
+# adds a large file sends it alone, many small ones go together.
+_PUT_BATCH_BYTES: Final = 8 << 20
+_PUT_BATCH_ROWS: Final = 1000
+# ids a lookup sends in one array
+_ID_BATCH: Final = 5000
+
 
 class PostgresExportSink:
-    """An ``ExportSink`` (and ``PartedSink``) on PostgreSQL (see the module's docstring)."""
+    """An ``ExportSink`` (and ``PartedSink``, ``FetchingSink``, ``ObjectSink``) on PostgreSQL (see
+    the module's docstring)."""
 
     def __init__(self, dsn: str, name: str = "postgres") -> None:
         self.db = PgPool(dsn)
@@ -55,10 +71,67 @@ class PostgresExportSink:
 
     async def connect(self) -> None:
         """Open the pool, migrate the schema and check this role may write the sink's tables."""
-        await self.db.check_writable(SINK_TABLES)
+        await self.db.check_writable({**SINK_TABLES, **OBJECT_TABLES})
 
     async def aclose(self) -> None:
         await self.db.aclose()
+
+    async def missing_objects(self, ids: Sequence[str]) -> list[str]:
+        """Those of ``ids`` this sink does not hold, in their order (one query a few thousand ids)."""
+        wanted = [object_id_checked(oid) for oid in ids]
+        held: set[str] = set()
+        try:
+            pool = await self.db.pool()
+            for start in range(0, len(wanted), _ID_BATCH):
+                rows = await pool.fetch(
+                    "SELECT id FROM agent_object WHERE sink = $1 AND id = ANY($2::text[])",
+                    self.name,
+                    wanted[start : start + _ID_BATCH],
+                )
+                held.update(row["id"] for row in rows)
+        except Exception as exc:
+            raise self._sink_error(exc) from exc
+        return [oid for oid in wanted if oid not in held]
+
+    async def put_objects(self, objects: Mapping[str, bytes]) -> None:
+        """Hold ``objects`` (id -> loose object), all in one transaction; returns once it committed.
+
+        An id already held is done: its row stays (an object's bytes are its zlib, which another
+        zlib may write differently for the same object)."""
+        rows = [(object_id_checked(oid), bytes(data)) for oid, data in objects.items()]
+        if not rows:
+            return
+        try:
+            pool = await self.db.pool()
+            async with pool.acquire() as conn, conn.transaction():
+                for batch in _batches(rows):
+                    await conn.execute(
+                        "INSERT INTO agent_object (sink, id, body) "
+                        "SELECT $1, id, body FROM unnest($2::text[], $3::bytea[]) AS o(id, body) "
+                        "ON CONFLICT (sink, id) DO NOTHING",
+                        self.name,
+                        [oid for oid, _ in batch],
+                        [data for _, data in batch],
+                    )
+        except Exception as exc:
+            raise self._sink_error(exc) from exc
+
+    async def get_objects(self, ids: Sequence[str]) -> dict[str, bytes]:
+        """The objects of ``ids`` this sink holds (id -> loose object); those it lacks are not in it."""
+        wanted = [object_id_checked(oid) for oid in ids]
+        found: dict[str, bytes] = {}
+        try:
+            pool = await self.db.pool()
+            for start in range(0, len(wanted), _ID_BATCH):
+                rows = await pool.fetch(
+                    "SELECT id, body FROM agent_object WHERE sink = $1 AND id = ANY($2::text[])",
+                    self.name,
+                    wanted[start : start + _ID_BATCH],
+                )
+                found.update((row["id"], bytes(row["body"])) for row in rows)
+        except Exception as exc:
+            raise self._sink_error(exc) from exc
+        return found
 
     async def deliver(self, export: SessionCheckpointExportV1) -> None:
         d = export.descriptor
@@ -220,6 +293,19 @@ class PostgresExportSink:
             except (TypeError, KeyError, ValidationError) as exc:
                 raise ManifestError(f"a stored export has no descriptor: {exc}") from None
         return out
+
+
+def _batches(rows: list[tuple[str, bytes]]) -> list[list[tuple[str, bytes]]]:
+    """``rows`` in runs of at most ``_PUT_BATCH_ROWS`` rows and about ``_PUT_BATCH_BYTES`` bytes."""
+    out: list[list[tuple[str, bytes]]] = [[]]
+    size = 0
+    for row in rows:
+        if out[-1] and (len(out[-1]) >= _PUT_BATCH_ROWS or size + len(row[1]) > _PUT_BATCH_BYTES):
+            out.append([])
+            size = 0
+        out[-1].append(row)
+        size += len(row[1])
+    return out
 
 
 def _manifest_of(text: str) -> dict[str, Any] | None:

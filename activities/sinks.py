@@ -149,7 +149,12 @@ class ObjectSink(ExportSink, Protocol):
 OBJECTS_FOLDER = "~objects"
 
 
-def _object_id(oid: str) -> str:
+def object_id_checked(oid: str) -> str:
+    """``oid``, if it is an object id (40 lowercase hex digits).
+
+    Raises:
+        SinkError: It is not (not retryable).
+    """
     if len(oid) != 40 or any(c not in "0123456789abcdef" for c in oid):
         raise SinkError(f"{oid!r} is not an object id", retryable=False)
     return oid
@@ -175,7 +180,7 @@ class FilesystemExportSink:
 
     def object_path(self, oid: str) -> Path:
         """Where the object ``oid`` is: ``<root>/~objects/<2 hex>/<38 hex>``."""
-        oid = _object_id(oid)
+        oid = object_id_checked(oid)
         return self.root / OBJECTS_FOLDER / oid[:2] / oid[2:]
 
     async def missing_objects(self, ids: Sequence[str]) -> list[str]:

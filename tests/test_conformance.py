@@ -4,7 +4,7 @@ implementations, and proof that the checks fail an implementation that breaks th
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -175,6 +175,7 @@ async def test_a_sink_without_fetch_skips_the_fetch_checks_and_a_silent_failure_
         "delivered_exports_come_back_whole",
         "an_unknown_export_is_not_fetched",
         "exports_delivered_as_parts_come_back_whole",
+        "objects_put_come_back_byte_for_byte",
     ]
     with pytest.raises(CheckSkipped):
         await SINK_CHECKS["an_unknown_export_is_not_fetched"](WithoutFetch())
@@ -202,3 +203,17 @@ def test_the_sample_exports_are_valid_and_stable() -> None:
     export = sample_export(2)
     assert export == sample_export(2) and export.open().logical_resume.turn == 2
     assert len({sample_export(t).descriptor.content_digest for t in (1, 2, 3)}) == 3
+
+
+class ForgetsObjects(FilesystemExportSink):
+    """Broken: says it holds the objects it is given, keeps none of them."""
+
+    async def put_objects(self, objects: Mapping[str, bytes]) -> None:
+        return None
+
+
+async def test_a_sink_that_forgets_objects_fails_the_objects_check(tmp_path: Path) -> None:
+    check = SINK_CHECKS["objects_put_come_back_byte_for_byte"]
+    await check(FilesystemExportSink(tmp_path / "ok"))
+    with pytest.raises(AssertionError, match="objects put are still named missing"):
+        await check(ForgetsObjects(tmp_path / "bad"))

@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_END,
         UPDATE_APPROVE,
         UPDATE_PROMPT,
+        UPDATE_REWIND,
         UPDATE_STEER,
         AgentRunResult,
         ApprovalAnswer,
@@ -57,6 +58,8 @@ with workflow.unsafe.imports_passed_through():
         FinalStatus,
         FollowUpPrompt,
         PromptAccepted,
+        RewindAccepted,
+        RewindRequest,
         RunStatusView,
         SteerAccepted,
         SteerMessage,
@@ -81,6 +84,7 @@ from durable_agent.workflows.ending import Ending
 from durable_agent.workflows.final_result import FinalResults
 from durable_agent.workflows.hook_runner import HookRunner
 from durable_agent.workflows.log_keeper import LogKeeper
+from durable_agent.workflows.rewinding import Rewinder, rewind_event
 from durable_agent.workflows.starting import Starter
 from durable_agent.workflows.tool_step import ToolStep
 
@@ -110,6 +114,8 @@ class AgentRun:
         step = ToolStep(self._calls, self._cancellation, self._display, self._approvals, self._hooks)
         self._batches = CallBatches(step, self._log, self._starter, self._cancellation, self._display)
         self._admission = Admission()  # what updates may bring (``admission.py``)
+        # the ``rewind`` update: back to an exported turn, files and conversation (``rewinding.py``)
+        self._rewinder = Rewinder(self._calls, self._admission)
         # conversations: whether the run goes on after an answer, waits for a prompt now, the
         # prompt given, whether ``end`` came, and whether the run has ended
         self._follow_ups = False
@@ -160,6 +166,8 @@ class AgentRun:
         # rejected here, a prompt the run cannot take never reaches the history
         if self._ended:
             raise ValueError("the run has ended")
+        if self._rewinder.busy:
+            raise ValueError("the run is rewinding: its next prompt goes to the run it goes on as")
         if not self._awaiting_prompt or self._prompt is not None or self._end_requested:
             why = "it was not started with follow_ups" if not self._follow_ups else "it is working"
             raise ValueError(
@@ -170,6 +178,22 @@ class AgentRun:
         if state is not None:
             size = self._admission.message(prompt.text, state.plan.limits, "prompt")
             self._admission.history_room(state.plan.limits, size)
+
+    @workflow.update(name=UPDATE_REWIND)
+    async def rewind(self, request: RewindRequest) -> RewindAccepted:
+        """Back to one of the run's exported turns, while it waits for its next prompt: the
+        workspace restored to that turn's files, then the run goes on from that turn's export."""
+        state = self._state
+        assert state is not None
+        return await self._rewinder.restore(state, request)
+
+    @rewind.validator
+    def _validate_rewind(self, request: RewindRequest) -> None:
+        # rejected here, a rewind the run cannot take never reaches the history
+        if self._ended:
+            raise ValueError("the run has ended: rewind it with `durable-agent rewind`")
+        waiting = self._awaiting_prompt and self._prompt is None and not self._end_requested
+        self._rewinder.check(self._state, request, waiting)
 
     @workflow.update(name=UPDATE_STEER)
     def steer(self, message: SteerMessage) -> SteerAccepted:
@@ -232,6 +256,8 @@ class AgentRun:
                 self._admission.queued(waiting.text)
         else:
             state = await self._starter.start(run_input)
+            if run_input.rewind is not None:  # a run that a rewind went on as: where it came from
+                state.journal.emit(rewind_event(run_input.rewind), now_ms())
             if run_input.prompt and (run_input.resume_from or run_input.resume_from_file):
                 # a resumed run's prompt: a user message before its first request
                 state.queue_user_text(run_input.prompt, "resume_prompt")
@@ -270,6 +296,9 @@ class AgentRun:
         await self._log.finish(state)
         self._display.status(final)
         self._display.details(f"**{final}**" + (f": {error}" if error else ""), state)
+        if final == "completed" and self._rewinder.due is not None:
+            # rewound: the same workflow goes on as a new run from the turn's export
+            await self._rewinder.go_on(state, self._starter.input)
         # its record and last export kept: a cancelled run closes Canceled (``ending.py``)
         await self._ending.close(final == "cancelled", error, state.plan.timeouts)
         return state.result()
@@ -351,7 +380,13 @@ class AgentRun:
         )
         try:
             await workflow.wait_condition(
-                lambda: self._prompt is not None or self._end_requested or self._cancellation.requested,
+                lambda: (
+                    self._rewinder.due is not None
+                    or (
+                        not self._rewinder.restoring
+                        and (self._prompt is not None or self._end_requested or self._cancellation.requested)
+                    )
+                ),
                 timeout=timedelta(seconds=timeout) if timeout else None,
                 timeout_summary="idle timeout: no next prompt",
             )
@@ -359,8 +394,12 @@ class AgentRun:
             pass
         except asyncio.CancelledError:
             self._cancellation.temporal_request()
+        await self._rewinder.settled(self._cancellation)  # a timeout during a rewind's restore
         self._awaiting_prompt = False
         self._cancellation.check()  # a cancel ends the conversation as any cancel does: cancelled
+        if self._rewinder.due is not None:  # the run ends here, and goes on from the turn's export
+            self._rewinder.record(state)
+            return False
         prompt, self._prompt = self._prompt, None
         if prompt is None:
             return False

@@ -80,6 +80,12 @@ class Starter:
         self.pre_status = "created"
         self.pre_error: str | None = None
 
+    @property
+    def input(self) -> AgentRunInput:
+        """The run's input, as ``accept`` read it."""
+        assert self._input is not None
+        return self._input
+
     def accept(self, raw: RawValue | dict[str, Any]) -> AgentRunInput:
         """The run's input, or the run refused: read here rather than by the SDK, so that input
         the worker cannot read (not JSON, not an object, or refused by its ``[codec]``) refuses
@@ -108,7 +114,8 @@ class Starter:
         """A new run: resolve it against the worker's config, set up its state, open its log."""
         info = workflow.info()
         self.session_id = run_input.session_id or info.workflow_id
-        self.run_id = info.first_execution_run_id
+        # a rewound run goes on as a new run (``rewinding.py``): this execution's id, not the first's
+        self.run_id = info.run_id if run_input.rewind is not None else info.first_execution_run_id
         self._display.started(self.session_id)
         self._display.details("resolving the run against the worker config", None)
         resume = run_input.resume_payload()
@@ -262,6 +269,7 @@ class Starter:
                 "resume_from_file": None,
                 "prompt": None,  # the plan carries it
                 "continued": carried,
+                "rewind": None,
             }
         )
         # started with the CLI's default (10 s), a run gets ours from its next execution on

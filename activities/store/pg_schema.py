@@ -4,7 +4,9 @@ Migrations are numbered and applied in order, each once, in one transaction
 under an advisory lock, so several workers starting at once migrate the
 database once between them. Compatibility rule: a migration only adds; a
 worker refuses a database migrated past what it knows (an older worker next
-to a newer one must not write what the newer one cannot read).
+to a newer one must not write what the newer one cannot read). A new migration
+is appended to ``MIGRATIONS`` (never an old one edited: databases ran it), and
+its number is its place there.
 """
 
 from __future__ import annotations
@@ -59,6 +61,19 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         content_digest text NOT NULL,
         manifest text NOT NULL,
         PRIMARY KEY (sink, session_id, run_id, turn, content_digest)
+    );
+    """,
+    # 2: the export sink's workspace objects (``activities/workspace_tree.py``): git's loose
+    # objects, named by their SHA-1, each kept once a sink whatever session or run sent it (as the
+    # filesystem sink keeps them once under its root); the sink in the key, as in the tables above,
+    # so that removing one sink's rows never takes another's objects.
+    """
+    CREATE TABLE agent_object (
+        sink text NOT NULL,
+        id text NOT NULL CHECK (id ~ '^[0-9a-f]{40}$'),
+        body bytea NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (sink, id)
     );
     """,
 )

@@ -198,7 +198,9 @@ def _add_run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _run_options(resume)
     rewind = sub.add_parser(
-        "rewind", help="restore an ended run's workspace to a turn and go on from its export of that turn"
+        "rewind",
+        help="restore a run's workspace to a turn and go on from its export of that turn (an ended run, "
+        "or one waiting for a prompt: then the run does it, under the same workflow id)",
     )
     rewind.add_argument("workflow_id")
     rewind.add_argument("--turn", type=int, required=True, metavar="N", help="the turn to go back to")

@@ -22,6 +22,7 @@ from durable_agent.core.models import (
     LiveText,
     PermissionDeniedEvent,
     PersistenceFailedEvent,
+    RewindEvent,
     RunStartEvent,
     SubagentEndEvent,
     SubagentStartEvent,
@@ -243,6 +244,10 @@ _FORMATS: dict[type[Any], Callable[[Any], str | list[str]]] = {
     FinalResultEvent: lambda e: f"✓ final result: {_one_line(json.dumps(e.output, ensure_ascii=False))}",
     SubagentStartEvent: subagent_line,
     SubagentEndEvent: subagent_line,
+    RewindEvent: lambda e: (
+        f"↶ rewound to turn {e.turn} of run {e.run_id} ({short_digest(e.content_digest)}): "
+        + (f"workspace tree {e.tree[:12]}" if e.tree else "the files left as they were")
+    ),
     EndEvent: lambda e: f"■ run ended: {e.status}",
 }
 

@@ -1,6 +1,6 @@
 """``durable-agent rewind`` and ``resume --restore-workspace``: a workspace's files rebuilt from
 the git tree an export recorded (``activities/workspace_tree.py``), read from the filesystem
-sink of this machine's config.
+or PostgreSQL sink of this machine's config.
 
 The parser (``cli/commands.py``) imports this module only when one of these runs. The files
 are written on this machine: run them where the worker's workspace is.
@@ -16,7 +16,7 @@ from typing import Any
 from temporalio.client import WorkflowExecutionStatus
 
 from durable_agent.cli.common import err, network, one_line, workspace_arg
-from durable_agent.config import ConfigError, FilesystemSinkConfig, load_config
+from durable_agent.config import ConfigError, FilesystemSinkConfig, PostgresSinkConfig, load_config
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.export import SessionCheckpointExportV1, workspace_tree_of
 
@@ -39,22 +39,39 @@ def export_tree(export: SessionCheckpointExportV1) -> str:
 
 
 def _sink(name: str | None) -> tuple[str, Any, Path]:
-    """The filesystem sink ``name`` (default: the config's), and the config's shadow folder."""
+    """The sink ``name`` (default: the config's), a filesystem or PostgreSQL one, and the config's
+    shadow folder. A PostgreSQL sink opens its pool on first use: ``_restore`` closes it."""
     from durable_agent.activities.sinks import FilesystemExportSink
     from durable_agent.activities.workspace_tree import default_shadow_root
 
     config = load_config()
     name = name or config.default_sink
     sink = config.sinks.get(name or "")
-    if not isinstance(sink, FilesystemSinkConfig):
+    held: Any
+    if isinstance(sink, FilesystemSinkConfig):
+        held = FilesystemExportSink(sink.path)
+    elif isinstance(sink, PostgresSinkConfig):
+        from durable_agent.activities.pg_sink import PostgresExportSink
+        from durable_agent.config import dsn_from_environment
+
+        held = PostgresExportSink(dsn_from_environment(f"[sinks.{name}]", sink.dsn_env), name=name or "")
+    else:
         raise RewindError(
-            f"sink {name!r} is not a filesystem sink of this config: only those hold workspace trees"
+            f"sink {name!r} is not a filesystem or PostgreSQL sink of this config: only those hold "
+            "workspace trees"
         )
-    return (
-        name or "",
-        FilesystemExportSink(sink.path),
-        config.workspace_checkpoints.path or default_shadow_root(),
-    )
+    return name or "", held, config.workspace_checkpoints.path or default_shadow_root()
+
+
+async def _restore(repo: Any, tree: str, sink: Any) -> None:
+    from durable_agent.activities.workspace_tree import restore_tree
+
+    try:
+        await restore_tree(repo, tree, sink)
+    finally:
+        close = getattr(sink, "aclose", None)  # a PostgreSQL sink's pool
+        if close is not None:
+            await close()
 
 
 def restore_workspace(export: SessionCheckpointExportV1, folder: Path, sink_name: str | None) -> str:
@@ -64,28 +81,30 @@ def restore_workspace(export: SessionCheckpointExportV1, folder: Path, sink_name
     Args:
         export: The export (validated here).
         folder: The workspace to rebuild (made when it is not there).
-        sink_name: The filesystem sink that holds the tree's objects (default: the config's).
+        sink_name: The filesystem or PostgreSQL sink that holds the tree's objects (default: the
+            config's).
 
     Returns:
         The tree's id.
 
     Raises:
-        RewindError: No tree, no such sink, or the sink lacks an object; ``ExportError`` when the
-            export does not validate.
+        RewindError: No tree, no such sink, the sink lacks an object or cannot be read;
+            ``ExportError`` when the export does not validate.
     """
-    from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTreeError, restore_tree
+    from durable_agent.activities.workspace_tree import ShadowRepo
 
     tree = export_tree(export)
     _, sink, shadow = _sink(sink_name)
     try:
-        asyncio.run(restore_tree(ShadowRepo(shadow, folder), tree, sink))
-    except WorkspaceTreeError as exc:
+        asyncio.run(_restore(ShadowRepo(shadow, folder), tree, sink))
+    except DurableAgentError as exc:  # a tree it lacks, a database that refused (``SinkError``, …)
         raise RewindError(str(exc)) from None
     return tree
 
 
-async def _locate(args: argparse.Namespace) -> tuple[Path, str]:
-    """The run's export at ``--turn`` in the sink, and its workspace; refused while it runs."""
+async def _locate(args: argparse.Namespace) -> tuple[str, str]:
+    """The run's export at ``--turn`` in the sink (its file, or ``pg:SESSION/RUN/TURN``), and its
+    workspace; refused while it runs."""
     from temporalio.api.common.v1 import Payload
 
     from durable_agent.activities.store.session_store import safe_name
@@ -104,13 +123,18 @@ async def _locate(args: argparse.Namespace) -> tuple[Path, str]:
         turns = sorted({e.turn for e in result.exports})
         raise RewindError(f"run {args.workflow_id} has no export at turn {args.turn} (turns: {turns})")
     _, sink, _ = _sink(args.sink)
-    digest = digests[-1].removeprefix("sha256:")[:16]
-    path = (
-        sink.root
-        / safe_name(result.session_id)
-        / safe_name(result.run_id)
-        / f"turn-{args.turn:06d}-{digest}.json"
-    )
+    if not hasattr(sink, "root"):  # a PostgreSQL sink (its pool not opened here)
+        from durable_agent.cli.exports import PG_PREFIX
+
+        path = f"{PG_PREFIX}{result.session_id}/{result.run_id}/{args.turn}"
+    else:
+        digest = digests[-1].removeprefix("sha256:")[:16]
+        path = str(
+            sink.root
+            / safe_name(result.session_id)
+            / safe_name(result.run_id)
+            / f"turn-{args.turn:06d}-{digest}.json"
+        )
     workspace = args.workspace
     if workspace is None:  # the folder the run was started with, else the worker's default
         first = client.get_workflow_handle(args.workflow_id, run_id=result.run_id)
@@ -122,24 +146,71 @@ async def _locate(args: argparse.Namespace) -> tuple[Path, str]:
     return path, str(Path(workspace or load_config().default_workspace).expanduser().resolve())
 
 
+# ``_rewind_waiting``'s answer for a run that does not wait for a prompt: rewound as an ended run
+_NOT_WAITING = -1
+
+
+async def _rewind_waiting(args: argparse.Namespace) -> int:
+    """A run that waits for its next prompt is rewound by the run itself (update ``rewind``): its
+    worker restores the workspace and the run goes on, same workflow id, from the turn's export."""
+    from pydantic import ValidationError
+    from temporalio.client import WorkflowUpdateFailedError
+
+    from durable_agent.client import connect
+    from durable_agent.core.run_api import (
+        AWAITING_PROMPT,
+        QUERY_STATUS,
+        UPDATE_REWIND,
+        RewindAccepted,
+        RewindRequest,
+        RunStatusView,
+    )
+
+    client = await connect()
+    handle = client.get_workflow_handle(args.workflow_id)
+    if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+        return _NOT_WAITING
+    status = await handle.query(QUERY_STATUS, result_type=RunStatusView)
+    if status.status != AWAITING_PROMPT:
+        return _NOT_WAITING
+    try:
+        request = RewindRequest(turn=args.turn, prompt=args.prompt)
+        accepted = await handle.execute_update(UPDATE_REWIND, request, result_type=RewindAccepted)
+    except ValidationError as exc:
+        err(f"rewind: {one_line(exc)}")
+        return 2
+    except WorkflowUpdateFailedError as exc:
+        err(f"rewind: refused: {exc.cause}")
+        return 2
+    files = f"workspace restored (tree {accepted.tree})" if accepted.tree else "files left as they were"
+    print(f"run {args.workflow_id} rewound to turn {accepted.turn}: {files}; it goes on from that export")
+    print(args.workflow_id)
+    return 0
+
+
 def cmd_rewind(args: argparse.Namespace) -> int:
-    """Rebuild a finished run's workspace as it was at ``--turn``, then start a new run resumed
-    from its export of that turn (as ``resume`` does)."""
-    from durable_agent.activities.sink_files import read_export_file
+    """Rewind a run to ``--turn``. A run that waits for its next prompt does it itself (update
+    ``rewind``); an ended run's workspace is rebuilt here, then a new run starts resumed from its
+    export of that turn (as ``resume`` does)."""
     from durable_agent.cli.commands import Handler
+
+    waiting = network(_rewind_waiting)(args)
+    if waiting != _NOT_WAITING:
+        return waiting
+    from durable_agent.cli.exports import read_export_ref
 
     located = network(_locate_code)(args)
     if located != 0:
         return located
     path, workspace = args.located
     try:
-        export = read_export_file(path)
+        export = read_export_ref(path, args.sink)
         tree = restore_workspace(export, Path(workspace), args.sink)
-    except (OSError, ValueError, RewindError) as exc:
+    except (OSError, ValueError, DurableAgentError) as exc:  # a database that refused too
         err(f"rewind: {one_line(exc) if not isinstance(exc, RewindError) else exc}")
         return 2
     print(f"workspace {workspace} restored to turn {args.turn} (tree {tree})")
-    args.command, args.export, args.workspace = "resume", str(path), workspace
+    args.command, args.export, args.workspace = "resume", path, workspace
     args.on_worker, args.restore_workspace = False, None
     # ``resume``'s own handler, by name: ``run_commands`` imports this module for ``--restore-workspace``
     return Handler("run_commands", "cmd_run")(args)
@@ -166,7 +237,7 @@ def restore_for_resume(args: argparse.Namespace, export: SessionCheckpointExport
     try:
         export = export or read_export_ref(args.export, args.sink)
         tree = restore_workspace(export, folder, args.sink)
-    except (OSError, ValueError, RewindError, ConfigError) as exc:
+    except (OSError, ValueError, DurableAgentError) as exc:  # ConfigError, RewindError, SinkError
         err(f"resume: --restore-workspace: {exc if isinstance(exc, RewindError) else one_line(exc)}")
         return None
     print(f"workspace {folder} rebuilt from tree {tree}")

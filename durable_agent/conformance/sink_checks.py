@@ -11,6 +11,10 @@ Each check in ``SINK_CHECKS`` takes a fresh, empty sink:
 - a sink with ``deliver_parts`` (``PartedSink``) takes a run's successive exports as
   parts, each a repeat-safe delivery, and ``fetch`` gives each back whole, byte for byte
   (skipped for a sink without ``deliver_parts`` or without ``fetch``).
+- a sink that holds workspace objects (``ObjectSink``) holds what ``put_objects`` took:
+  ``missing_objects`` then names none of them (and, in order, the ids it was never given),
+  ``get_objects`` gives each back byte for byte, and leaves out those it lacks; a repeated
+  ``put_objects`` is harmless (skipped for a sink that holds no objects).
 
 ``check_failing_sink`` takes a sink set up so that it cannot hold an export (an
 unwritable folder, a closed bucket) and checks that ``deliver`` says so with
@@ -20,9 +24,11 @@ failed export.
 
 from __future__ import annotations
 
+import hashlib
+import zlib
 from collections.abc import Awaitable, Callable
 
-from durable_agent.activities.sinks import ExportSink, FetchingSink, PartedSink, SinkError
+from durable_agent.activities.sinks import ExportSink, FetchingSink, ObjectSink, PartedSink, SinkError
 from durable_agent.conformance.checks import Check, CheckSkipped, Factory, fresh, registry, run_checks
 from durable_agent.conformance.store_checks import header, rich_chain
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
@@ -151,6 +157,38 @@ async def exports_delivered_as_parts_come_back_whole(sink: ExportSink) -> None:
         await gives_back(sink, whole, f"turn {turn}, delivered as parts")
 
 
+def sample_object(body: bytes, kind: str = "blob") -> tuple[str, bytes]:
+    """A git loose object of ``body``: its id (SHA-1) and its bytes (zlib), as a sink holds them."""
+    raw = f"{kind} {len(body)}".encode() + b"\0" + body
+    return hashlib.sha1(raw).hexdigest(), zlib.compress(raw)  # git names objects by their SHA-1
+
+
+@_sink_check
+async def objects_put_come_back_byte_for_byte(sink: ExportSink) -> None:
+    """``put_objects`` then ``missing_objects`` names none of them, ``get_objects`` gives them back."""
+    if not isinstance(sink, ObjectSink):
+        raise CheckSkipped("the sink holds no workspace objects")
+    objects = dict(sample_object(f"file {i}\n".encode() * (i + 1)) for i in range(5))
+    objects.update([sample_object(b"\0\xff" * 70_000)])  # binary, past a page
+    never = [sample_object(b"never put")[0], sample_object(b"nor this")[0]]
+    ids = list(objects)
+    assert await sink.missing_objects([never[1], *ids, never[0]]) == [never[1], *ids, never[0]], (
+        "an empty sink does not name every id missing, in order"
+    )
+    assert await sink.get_objects(ids) == {}, "an empty sink gives objects back"
+    await sink.put_objects(dict(list(objects.items())[:2]))
+    await sink.put_objects(objects)  # two of them again: harmless
+    assert await sink.missing_objects(ids) == [], "objects put are still named missing"
+    assert await sink.missing_objects([ids[0], never[0], ids[1], never[1]]) == never, (
+        "missing_objects does not name exactly the ids never put, in order"
+    )
+    got = await sink.get_objects([*ids, *never])
+    assert set(got) == set(ids), "get_objects gives other ids than were put"
+    for oid, data in objects.items():
+        assert got[oid] == data, f"object {oid} comes back with other bytes than were put"
+    await sink.put_objects({})
+
+
 async def check_failing_sink(sink: ExportSink) -> None:
     """``sink`` cannot hold an export (set up so): its ``deliver`` must raise ``SinkError``."""
     try:
@@ -179,7 +217,8 @@ async def check_sink(
 
     Returns:
         The names of the checks skipped: the ``fetch`` checks for a sink without
-            ``fetch``, the parts check for a sink without ``deliver_parts``.
+            ``fetch``, the parts check for a sink without ``deliver_parts``, the objects check
+            for a sink that holds no workspace objects.
 
     Raises:
         ConformanceError: Naming each check that failed (an ``AssertionError``); every check
@@ -201,5 +240,6 @@ __all__ = [
     "check_failing_sink",
     "check_sink",
     "sample_export",
+    "sample_object",
     "sample_parted",
 ]

@@ -235,6 +235,26 @@ class CheckpointInput(Frozen):
     export: ExportInput
 
 
+class RestoreWorkspaceInput(Frozen):
+    """A ``rewind``: make ``workspace`` hold the files of the tree that the run's export of
+    ``turn`` (``content_digest``, in the sink ``sink``) recorded."""
+
+    workspace: str
+    sink: str
+    session_id: str
+    run_id: str
+    turn: int
+    content_digest: str
+
+
+class WorkspaceRestored(Frozen):
+    """The workspace restored: the export's file on the worker (the resumed run reads it), and
+    the tree (None: the export recorded none, the files were left as they were)."""
+
+    export_path: str
+    tree: str | None = None
+
+
 # --- the activities, each declared once -------------------------------------------
 
 
@@ -402,6 +422,18 @@ def hook_call(
     return inp, plan.timeouts.model_copy(update={"hook_seconds": seconds})
 
 
+# A ``rewind`` update's one side effect: the workspace's files as a turn's export recorded them.
+RESTORE_WORKSPACE = ActivityDecl[RestoreWorkspaceInput, WorkspaceRestored](
+    "agent.restore_workspace",
+    RestoreWorkspaceInput,
+    WorkspaceRestored,
+    lambda t: ActivityOptions(
+        start_to_close_seconds=t.tool_seconds,
+        maximum_attempts=3,
+        heartbeat_seconds=t.heartbeat_seconds,
+    ),
+)
+
 # Only runs started before linear history load their session (``durable_agent.core.legacy_shapes``).
 LOAD_SESSION = ActivityDecl[LoadSessionInput, SessionRuns](
     "agent.load_session", LoadSessionInput, SessionRuns, _checkpoint(lambda _: 3)
@@ -421,6 +453,7 @@ ACTIVITIES: tuple[ActivityDecl[Any, Any], ...] = (
     LOAD_SESSION,
     REQUEST_CANCEL,
     HOOK,
+    RESTORE_WORKSPACE,
 )
 
 

@@ -537,6 +537,19 @@ class SubagentEndEvent(Frozen):
     error: str | None = None
 
 
+class RewindEvent(Frozen):
+    """The ``rewind`` update sent the run back to ``turn`` of run ``run_id`` (its export
+    ``content_digest``), the workspace restored to ``tree`` (None: that export recorded none, the
+    files were left as they were). The rewound run's last event before its ``end``; the first after
+    ``run_start`` of the run it goes on as."""
+
+    type: Literal["rewind"] = "rewind"
+    run_id: str
+    turn: int
+    content_digest: str
+    tree: str | None = None
+
+
 class ErrorEvent(Frozen):
     type: Literal["error"] = "error"
     message: str
@@ -573,7 +586,8 @@ AgentEvent = Annotated[
     | TodoEvent
     | FinalResultEvent
     | SubagentStartEvent
-    | SubagentEndEvent,
+    | SubagentEndEvent
+    | RewindEvent,
     Field(discriminator="type"),
 ]
 

@@ -62,6 +62,8 @@ UPDATE_APPROVE = "approve"
 UPDATE_PROMPT = "prompt"  # a follow-up prompt to a run that waits for one
 UPDATE_STEER = "steer"  # a user message the model sees at its next request
 SIGNAL_END = "end"  # close a conversation that waits for a prompt
+# a run that waits for a prompt goes back to one of its exported turns: files and conversation
+UPDATE_REWIND = "rewind"
 
 # Search attributes the worker registers (Keyword) and the workflow keeps current.
 SA_SESSION_ID = "AgentSessionId"
@@ -184,6 +186,11 @@ class AgentRunInput(RunSettings):
     continued: CarriedState | None = Field(
         None, description="Set by the run itself when it continues as new; not for callers."
     )
+    rewind: RewindOrigin | None = Field(
+        None,
+        description="Set by a run that the `rewind` update sent back to one of its turns, for the new "
+        "run it continues as (resumed from that turn's export); not for callers.",
+    )
 
     @field_validator("prompt")
     @classmethod
@@ -285,6 +292,42 @@ class PromptAccepted(Frozen):
 
 class SteerMessage(UserText):
     """The ``steer`` update's input: a user message the model sees at its next request."""
+
+
+class RewindRequest(Frozen):
+    """The ``rewind`` update's input: go back to one of the run's exported turns (docs/exports.md)."""
+
+    turn: int = Field(ge=1, description="A turn the run exported (its tool boundary).")
+    prompt: str | None = Field(
+        None, min_length=1, description="A user message the resumed run adds before its first request."
+    )
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("prompt must not be blank")
+        return value
+
+
+class RewindOrigin(Frozen):
+    """Where a rewound run goes back to: the run, its export of ``turn``, and the workspace's tree
+    that export recorded (None: it recorded none, and the files were left as they were)."""
+
+    run_id: str
+    turn: int
+    content_digest: str
+    tree: str | None = None
+
+
+class RewindAccepted(Frozen):
+    """What the ``rewind`` update returns: the workspace is restored (``tree``; None: the export
+    recorded no tree, the files are as they were) and the run goes on, under the same workflow id,
+    as a new run resumed from ``content_digest``, the export of ``turn``."""
+
+    turn: int
+    content_digest: str
+    tree: str | None = None
 
 
 class SteerAccepted(Frozen):
@@ -450,7 +493,9 @@ RunInputJson = NewType("RunInputJson", dict[str, Any])
 
 # What a client sends a run: with ``[codec]`` keys on the worker, each of these must come
 # encrypted with one of them, or it is refused (``durable_agent.codec``).
-INBOUND_TYPES: frozenset[object] = frozenset({RunInputJson, ApprovalDecision, FollowUpPrompt, SteerMessage})
+INBOUND_TYPES: frozenset[object] = frozenset(
+    {RunInputJson, ApprovalDecision, FollowUpPrompt, SteerMessage, RewindRequest}
+)
 
 
 def is_inbound(hint: object) -> bool:
