@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.errors import validation_message
     from durable_agent.core.failures import failure_message
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import PermissionDeniedEvent, ToolUseBlock
+    from durable_agent.core.models import ToolUseBlock
     from durable_agent.core.output_schema import FINAL_RESULT_TOOL
     from durable_agent.core.run_api import WORKFLOW_TYPE, AgentRunInput, AgentRunResult
     from durable_agent.core.subagents import (
@@ -53,11 +53,11 @@ with workflow.unsafe.imports_passed_through():
         child_workflow_id,
         task_answer,
     )
-    from durable_agent.core.tool_specs import in_workflow_policy
 
 from durable_agent.workflows.calls import Cancellation, RunCancelled, now_ms
 from durable_agent.workflows.display import RunDisplay
-from durable_agent.workflows.workflow_metrics import invalid_tool_call, tool_call_refused
+from durable_agent.workflows.workflow_metrics import invalid_tool_call
+from durable_agent.workflows.workflow_tools import denied_in_workflow
 
 SUMMARY_CHARS = 120
 
@@ -139,11 +139,9 @@ class SubagentRunner:
             RunCancelled: The parent was cancelled; its child was cancelled first.
         """
         plan = state.plan
-        if in_workflow_policy(plan.permissions).decide(call.name, None) == "deny":
-            reason = f"permission denied: {call.name} is not allowed by the run's permissions"
-            tool_call_refused(call.name, by_person=False)
-            state.journal.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=reason), now_ms())
-            return ToolOutput(content=reason, is_error=True)
+        denied = denied_in_workflow(state, call)
+        if denied is not None:
+            return denied
         try:
             args = TaskArgs.model_validate(call.input)
         except ValidationError as exc:

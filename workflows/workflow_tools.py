@@ -26,6 +26,24 @@ from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.workflow_metrics import invalid_tool_call, tool_call_refused
 
 
+def denied_in_workflow(state: LoopState, call: ToolUseBlock) -> ToolOutput | None:
+    """Refuse ``call``, of a tool the workflow answers, when a deny rule of the run matches it.
+
+    Args:
+        state: the run's state: a refusal is journaled on it (``permission_denied``).
+        call: the model's call.
+
+    Returns:
+        The tool error the model is shown, or None when no deny rule refuses the call.
+    """
+    if in_workflow_policy(state.plan.permissions).decide(call.name, None) != "deny":
+        return None
+    reason = f"permission denied: {call.name} is not allowed by the run's permissions"
+    tool_call_refused(call.name, by_person=False)
+    state.journal.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=reason), now_ms())
+    return ToolOutput(content=reason, is_error=True)
+
+
 def answer_in_workflow(state: LoopState, call: ToolUseBlock, display: RunDisplay) -> ToolOutput:
     """Answer ``call``, of a tool the run's plan marks ``in_workflow``, here and now.
 
@@ -40,11 +58,9 @@ def answer_in_workflow(state: LoopState, call: ToolUseBlock, display: RunDisplay
         this code answers).
     """
     plan = state.plan
-    if in_workflow_policy(plan.permissions).decide(call.name, None) == "deny":
-        reason = f"permission denied: {call.name} is not allowed by the run's permissions"
-        tool_call_refused(call.name, by_person=False)
-        state.journal.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=reason), now_ms())
-        return ToolOutput(content=reason, is_error=True)
+    denied = denied_in_workflow(state, call)
+    if denied is not None:
+        return denied
     if call.name != TODO_WRITE:
         # a plan from a newer worker, with a tool this code does not know how to answer
         invalid_tool_call(plan.tools, call.name)

@@ -164,73 +164,58 @@ def tool(
     """
 
     def make(fn: Callable[P, R]) -> FunctionTool[P, R]:
-        return function_tool(
-            fn,
-            name=name,
-            description=description,
+        tool_name = name if name is not None else getattr(fn, "__name__", "")
+        check_name(tool_name)
+        if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: a generator cannot be a tool; return the result whole"
+            )
+        try:
+            signature = inspect.signature(fn)
+            hints = get_type_hints(fn, include_extras=True)
+        except (NameError, TypeError, ValueError) as exc:
+            raise ToolDefinitionError(f"tool {tool_name!r}: its signature cannot be read: {exc}") from None
+        params = list(signature.parameters.values())
+        takes_context = bool(params) and _is_context(hints.get(params[0].name))
+        if takes_context:
+            params = params[1:]
+        summary, described = parse_docstring(inspect.getdoc(fn) or "")
+        fields: dict[str, Any] = {}
+        for param in params:
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise ToolDefinitionError(
+                    f"tool {tool_name!r}: *{param.name} cannot be offered; name each argument"
+                )
+            if _is_context(hints.get(param.name)):
+                raise ToolDefinitionError(f"tool {tool_name!r}: ToolContext must be the first parameter")
+            if param.name.startswith("_"):
+                raise ToolDefinitionError(f"tool {tool_name!r}: argument {param.name!r} starts with '_'")
+            annotation = hints.get(param.name, Any)
+            fields[param.name] = (annotation, _field(param, annotation, described.get(param.name)))
+        try:
+            args: type[ToolArgs] = create_model(
+                f"{_camel(tool_name)}Args", __base__=FunctionArgs, __module__=fn.__module__, **fields
+            )
+            schema = args.model_json_schema()
+        except Exception as exc:  # pydantic's errors for a type it cannot validate or describe
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: its arguments cannot be described: {exc}"
+            ) from None
+        is_path = target_is_path
+        if permission_target is not None:
+            is_path = _check_target(tool_name, permission_target, schema, hints, target_is_path)
+        spec = ToolSpec(
+            tool_name,
+            description if description is not None else summary,
+            args,
+            permission_target,
+            target_is_path=bool(is_path),
+            repeatable=read_only if idempotent is None else idempotent,
             read_only=read_only,
-            idempotent=idempotent,
-            permission_target=permission_target,
-            target_is_path=target_is_path,
         )
+        return FunctionTool(spec, _runner(fn, tool_name, params, takes_context), fn, read_only)
 
     return make if function is None else make(function)
-
-
-def function_tool(
-    function: Callable[P, R],
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    read_only: bool = False,
-    idempotent: bool | None = None,
-    permission_target: str | None = None,
-    target_is_path: bool | None = None,
-) -> FunctionTool[P, R]:
-    """``tool``'s work, with every option given (see ``tool``)."""
-    name = name if name is not None else getattr(function, "__name__", "")
-    check_name(name)
-    if inspect.isasyncgenfunction(function) or inspect.isgeneratorfunction(function):
-        raise ToolDefinitionError(f"tool {name!r}: a generator cannot be a tool; return the result whole")
-    try:
-        signature = inspect.signature(function)
-        hints = get_type_hints(function, include_extras=True)
-    except (NameError, TypeError, ValueError) as exc:
-        raise ToolDefinitionError(f"tool {name!r}: its signature cannot be read: {exc}") from None
-    params = list(signature.parameters.values())
-    takes_context = bool(params) and _is_context(hints.get(params[0].name))
-    if takes_context:
-        params = params[1:]
-    summary, described = parse_docstring(inspect.getdoc(function) or "")
-    fields: dict[str, Any] = {}
-    for param in params:
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ToolDefinitionError(f"tool {name!r}: *{param.name} cannot be offered; name each argument")
-        if _is_context(hints.get(param.name)):
-            raise ToolDefinitionError(f"tool {name!r}: ToolContext must be the first parameter")
-        if param.name.startswith("_"):
-            raise ToolDefinitionError(f"tool {name!r}: argument {param.name!r} starts with '_'")
-        annotation = hints.get(param.name, Any)
-        fields[param.name] = (annotation, _field(param, annotation, described.get(param.name)))
-    try:
-        args: type[ToolArgs] = create_model(
-            f"{_camel(name)}Args", __base__=FunctionArgs, __module__=function.__module__, **fields
-        )
-        schema = args.model_json_schema()
-    except Exception as exc:  # pydantic's errors for a type it cannot validate or describe
-        raise ToolDefinitionError(f"tool {name!r}: its arguments cannot be described: {exc}") from None
-    if permission_target is not None:
-        target_is_path = _check_target(name, permission_target, schema, hints, target_is_path)
-    spec = ToolSpec(
-        name,
-        description if description is not None else summary,
-        args,
-        permission_target,
-        target_is_path=bool(target_is_path),
-        repeatable=read_only if idempotent is None else idempotent,
-        read_only=read_only,
-    )
-    return FunctionTool(spec, _runner(function, name, params, takes_context), function, read_only)
 
 
 def check_name(name: str) -> None:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final, Literal
 
-from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import ConfigDict, Field, ValidationError
 
 from durable_agent.core.canonical import CanonicalJsonError, canonical_bytes, digest_of, sha256_digest
 from durable_agent.core.errors import DurableAgentError, validation_message
@@ -24,6 +24,7 @@ from durable_agent.core.models import (
     ImageBlock,
     InstructionFile,
     Message,
+    Sparse,
     TokenUsage,
     ToolEndEvent,
 )
@@ -50,7 +51,7 @@ _SCHEMA_ALIASED = ConfigDict(
 )
 
 
-class CapabilityBinding(Frozen):
+class CapabilityBinding(Sparse):
     """What the model was allowed to use: the catalog generation and its digest.
 
     ``tools`` and ``permissions`` name what the digest covers, so that a
@@ -65,12 +66,7 @@ class CapabilityBinding(Frozen):
     # of the JSON when there are none: the binding of a run without them keeps its bytes.
     instruction_files: tuple[InstructionFile, ...] = ()
 
-    @model_serializer(mode="wrap")
-    def _without_empty_files(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if not self.instruction_files:
-            data.pop("instruction_files", None)
-        return data
+    left_out_at_default = ("instruction_files",)
 
 
 def instruction_differences(checkpoint: CapabilityBinding, here: CapabilityBinding) -> list[str]:

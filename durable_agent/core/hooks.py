@@ -30,9 +30,9 @@ from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 import re2
-from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from durable_agent.core.models import TOOL_OUTPUT_PREVIEW_CHARS, Frozen, HookRunEvent
+from durable_agent.core.models import TOOL_OUTPUT_PREVIEW_CHARS, Frozen, HookRunEvent, Sparse
 
 # The four moments, defined beside the ``hook_run`` event that names them; exported here too.
 from durable_agent.core.models import HookEventName as HookEventName
@@ -214,7 +214,7 @@ class ToolResponse(Frozen):
     is_error: bool = False
 
 
-class HookDocument(Frozen):
+class HookDocument(Sparse):
     """The JSON a hook reads on stdin: Claude Code's fields, those of its event, plus ``run_id``.
     Fields that do not belong to the event are left out of the JSON."""
 
@@ -233,11 +233,17 @@ class HookDocument(Frozen):
     result: str | None = None
     stop_hook_active: bool | None = None
 
-    @model_serializer(mode="wrap")
-    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        # only the document's own fields: a None inside ``tool_input`` is the model's and stays
-        return {k: v for k, v in data.items() if v is not None}
+    # only the document's own fields: a None inside ``tool_input`` is the model's and stays
+    left_out_at_default = (
+        "tool_name",
+        "tool_use_id",
+        "tool_input",
+        "tool_response",
+        "prompt",
+        "status",
+        "result",
+        "stop_hook_active",
+    )
 
 
 def _cut(text: str) -> str:

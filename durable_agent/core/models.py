@@ -7,15 +7,66 @@ calls and tool results are blocks tagged by ``type``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    model_serializer,
+)
 
 
 class Frozen(BaseModel):
     """Base for immutable, strictly-shaped contract models."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Sparse(Frozen):
+    """A ``Frozen`` model whose JSON leaves out the fields named in ``left_out_at_default``
+    while they hold their default (None, empty, False).
+
+    A model names there the fields added after its first version, so that the documents
+    (events, exports, plans) that do not use them keep the bytes, and the digests, they had
+    before those fields existed.
+    """
+
+    left_out_at_default: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        for name in cls.left_out_at_default:
+            # the serializer pops a field by its name: one with an alias would stay in the JSON
+            field = cls.model_fields.get(name)
+            if field is None or field.alias is not None or field.serialization_alias is not None:
+                raise TypeError(
+                    f"{cls.__name__}.left_out_at_default: {name!r} is not a field without an alias"
+                )
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        fields = type(self).model_fields
+        for name in self.left_out_at_default:
+            if getattr(self, name) == fields[name].get_default(call_default_factory=True):
+                data.pop(name, None)
+        return data
+
+
+def _not_blank(value: str, info: ValidationInfo) -> str:
+    if not value.strip():
+        raise ValueError(f"{info.field_name or 'the text'} must not be blank")
+    return value
+
+
+# Text with something in it besides white space; a field of this type refuses a blank value
+# with "<field> must not be blank".
+NonBlank = Annotated[str, AfterValidator(_not_blank)]
 
 
 class TextBlock(Frozen):
@@ -86,7 +137,7 @@ class ImageBlock(Frozen):
         return self if not self.data else self.model_copy(update={"data": ""})
 
 
-class ToolResultBlock(Frozen):
+class ToolResultBlock(Sparse):
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str
     content: str
@@ -95,12 +146,7 @@ class ToolResultBlock(Frozen):
     # so that a conversation without images keeps the bytes (and digests) it had before.
     images: tuple[ImageBlock, ...] = ()
 
-    @model_serializer(mode="wrap")
-    def _without_empty_images(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if not self.images:
-            data.pop("images", None)
-        return data
+    left_out_at_default = ("images",)
 
 
 ContentBlock = Annotated[
@@ -227,7 +273,7 @@ class InstructionFile(Frozen):
     bytes: int = Field(ge=0)
 
 
-class RunStartEvent(Frozen):
+class RunStartEvent(Sparse):
     type: Literal["run_start"] = "run_start"
     prompt: str
     model: str
@@ -237,12 +283,7 @@ class RunStartEvent(Frozen):
     # are none, so that the events of a run without them keep the bytes they had before.
     instruction_files: tuple[InstructionFile, ...] = ()
 
-    @model_serializer(mode="wrap")
-    def _without_empty_files(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if not self.instruction_files:
-            data.pop("instruction_files", None)
-        return data
+    left_out_at_default = ("instruction_files",)
 
 
 class TextDeltaEvent(Frozen):
@@ -280,7 +321,7 @@ class ToolStartEvent(Frozen):
         return cls(id=id, name=name, input={k: preview(v) for k, v in arguments.items()})
 
 
-class WorkspaceState(Frozen):
+class WorkspaceState(Sparse):
     """The workspace's files after a tool call that may change them, as a git tree
     (``activities/workspace_tree.py``); the objects are in the run's export sink.
 
@@ -291,15 +332,10 @@ class WorkspaceState(Frozen):
     tree: str  # the git tree id (SHA-1, 40 hex digits)
     left_out: tuple[str, ...] = ()
 
-    @model_serializer(mode="wrap")
-    def _without_empty_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if not self.left_out:
-            data.pop("left_out", None)
-        return data
+    left_out_at_default = ("left_out",)
 
 
-class ToolEndEvent(Frozen):
+class ToolEndEvent(Sparse):
     type: Literal["tool_end"] = "tool_end"
     id: str
     name: str
@@ -310,12 +346,7 @@ class ToolEndEvent(Frozen):
     # Left out of the JSON when None, so that the events of other calls keep their bytes.
     workspace: WorkspaceState | None = None
 
-    @model_serializer(mode="wrap")
-    def _without_no_workspace(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if self.workspace is None:
-            data.pop("workspace", None)
-        return data
+    left_out_at_default = ("workspace",)
 
     @classmethod
     def of(

@@ -94,14 +94,14 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Literal
 
 import re2
-from pydantic import SerializerFunctionWrapHandler, field_validator, model_serializer
+from pydantic import field_validator
 
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.globs import GlobError, compile_glob
-from durable_agent.core.models import Frozen
+from durable_agent.core.models import Sparse
 from durable_agent.core.rule_reach import could_match
 from durable_agent.core.shell_judge import ShellLine, judge
 
@@ -252,7 +252,7 @@ def _variables_after_prefix(reading: ShellLine, rules: tuple[str, ...], tool: st
     return True
 
 
-class PermissionPolicy(Frozen):
+class PermissionPolicy(Sparse):
     """Rules in force for a run. Part of the capability binding's digest."""
 
     allow: tuple[str, ...] = ()
@@ -264,12 +264,7 @@ class PermissionPolicy(Frozen):
     # does what its parent may not. Left out of the JSON when empty: other rules keep their bytes.
     within: tuple[PermissionPolicy, ...] = ()
 
-    @model_serializer(mode="wrap")
-    def _without_no_within(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if not self.within:
-            data.pop("within", None)
-        return data
+    left_out_at_default = ("within",)
 
     @field_validator("allow", "deny", "ask")
     @classmethod

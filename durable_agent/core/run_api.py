@@ -14,9 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
@@ -40,6 +38,8 @@ from durable_agent.core.models import (
     EventRecord,
     Frozen,
     Message,
+    NonBlank,
+    Sparse,
     TodoItem,
     TokenUsage,
     ToolUseBlock,
@@ -101,7 +101,7 @@ class RunSettings(BaseModel):
     max_cost_usd: float | None = Field(
         None, gt=0, description="The run's cost budget, from the model's prices in the worker config."
     )
-    instructions: str | None = Field(
+    instructions: NonBlank | None = Field(
         None,
         min_length=1,
         description="Text added to the end of the run's system prompt, for this run only (at most "
@@ -138,8 +138,6 @@ class RunSettings(BaseModel):
     def _instructions_bounded(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        if not value.strip():
-            raise ValueError("instructions must not be blank")
         # as JSON, as a prompt is measured: the system prompt travels in the run's payloads
         size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
         if size > MAX_INSTRUCTIONS_BYTES:
@@ -166,7 +164,7 @@ class RunSettings(BaseModel):
 class AgentRunInput(RunSettings):
     """The one JSON object that starts an ``AgentRun``. Unknown fields are refused."""
 
-    prompt: str | None = Field(None, min_length=1, description="Required, unless resume_from is given.")
+    prompt: NonBlank | None = Field(None, min_length=1, description="Required, unless resume_from is given.")
     session_id: str | None = Field(None, min_length=1, max_length=200)
     resume_from: SessionCheckpointExportV1 | None = Field(
         None, description="An export to go on from: the model sees its conversation."
@@ -192,13 +190,6 @@ class AgentRunInput(RunSettings):
         "run it continues as (resumed from that turn's export); not for callers.",
     )
 
-    @field_validator("prompt")
-    @classmethod
-    def _prompt_not_blank(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError("prompt must not be blank")
-        return value
-
     @model_validator(mode="after")
     def _prompt_or_resume(self) -> AgentRunInput:
         if self.resume_from is not None and self.resume_from_file is not None:
@@ -222,18 +213,6 @@ class AgentRunInput(RunSettings):
                 given by value.
         """
         return open_export(self.resume_from) if self.resume_from is not None else None
-
-
-def without_none_output(data: dict[str, Any], *unset: str) -> dict[str, Any]:
-    """A result's or a status's JSON without ``output`` when it is None (a run without a schema),
-    and without the fields named in ``unset`` when they are None or empty (the subagent fields of
-    a run without subagents): the JSON of such a run is what it was before."""
-    if data.get("output", 0) is None:
-        data.pop("output")
-    for name in unset:
-        if name in data and data[name] in (None, (), []):
-            data.pop(name)
-    return data
 
 
 class ExportRef(Frozen):
@@ -270,14 +249,7 @@ class ApprovalDecision(Frozen):
 class UserText(Frozen):
     """A person's message to a run: not blank."""
 
-    text: str = Field(min_length=1)
-
-    @field_validator("text")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("text must not be blank")
-        return value
+    text: NonBlank = Field(min_length=1)
 
 
 class FollowUpPrompt(UserText):
@@ -298,16 +270,9 @@ class RewindRequest(Frozen):
     """The ``rewind`` update's input: go back to one of the run's exported turns (docs/exports.md)."""
 
     turn: int = Field(ge=1, description="A turn the run exported (its tool boundary).")
-    prompt: str | None = Field(
+    prompt: NonBlank | None = Field(
         None, min_length=1, description="A user message the resumed run adds before its first request."
     )
-
-    @field_validator("prompt")
-    @classmethod
-    def _prompt_not_blank(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError("prompt must not be blank")
-        return value
 
 
 class RewindOrigin(Frozen):
@@ -367,7 +332,7 @@ class PendingApproval(Frozen):
     arguments_digest: str = ""
 
 
-class RunStatusView(Frozen):
+class RunStatusView(Sparse):
     """What the ``status`` query returns."""
 
     session_id: str
@@ -401,12 +366,10 @@ class RunStatusView(Frozen):
     children: tuple[ChildRun, ...] = ()
     parent_workflow_id: str | None = None
 
-    @model_serializer(mode="wrap")
-    def _without_no_output(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_none_output(handler(self), "children", "parent_workflow_id")
+    left_out_at_default = ("output", "children", "parent_workflow_id")
 
 
-class AgentRunResult(Frozen):
+class AgentRunResult(Sparse):
     """What an ``AgentRun`` gives when it ends, however it ended (its ``result`` query too).
 
     Attributes:
@@ -443,9 +406,7 @@ class AgentRunResult(Frozen):
     # JSON: a run a host started, or a model without prices).
     cost_usd: float | None = None
 
-    @model_serializer(mode="wrap")
-    def _without_no_output(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_none_output(handler(self), "cost_usd")
+    left_out_at_default = ("output", "cost_usd")
 
 
 class CarriedState(Frozen):

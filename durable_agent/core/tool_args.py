@@ -19,6 +19,7 @@ from typing import Any, Literal
 import re2
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from durable_agent.core.models import NonBlank
 from durable_agent.core.patch_format import parse_patch, patch_paths
 
 # read: output of one call, and the longest line shown whole.
@@ -362,7 +363,7 @@ class WebFetchArgs(ToolArgs):
 class TodoEntry(ToolArgs):
     """One item of ``todo_write``'s list."""
 
-    content: str = Field(
+    content: NonBlank = Field(
         min_length=1, max_length=TODO_MAX_CONTENT_CHARS, description="What the task is, in a short sentence."
     )
     status: Literal["pending", "in_progress", "completed"] = Field(
@@ -371,13 +372,6 @@ class TodoEntry(ToolArgs):
     id: str | None = Field(
         None, min_length=1, max_length=TODO_MAX_ID_CHARS, description="A short name for the task (optional)."
     )
-
-    @field_validator("content")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("content must not be blank")
-        return value
 
 
 class TodoWriteArgs(ToolArgs):

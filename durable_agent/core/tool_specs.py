@@ -15,12 +15,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import ConfigDict, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import ConfigDict, ValidationError
 
 from durable_agent.core.canonical import digest_of
 from durable_agent.core.errors import DurableAgentError, validation_message
 from durable_agent.core.export import CapabilityBinding
-from durable_agent.core.models import Frozen, InstructionFile, ToolDefinition
+from durable_agent.core.models import InstructionFile, Sparse, ToolDefinition
 from durable_agent.core.patch_format import PatchError, parse_patch, patch_paths
 from durable_agent.core.permissions import DOMAIN_PREFIX, DOMAIN_TOOLS, PermissionPolicy
 from durable_agent.core.tool_args import ToolArgs, url_host
@@ -103,7 +103,7 @@ class ToolSpec:
 TargetsFrom = Literal["value", "patch"]
 
 
-class ToolOffer(Frozen):
+class ToolOffer(Sparse):
     """A tool as the workflow knows it: its definition and its permission target."""
 
     definition: ToolDefinition
@@ -122,16 +122,7 @@ class ToolOffer(Frozen):
     # left out of the JSON when False.
     parallel: bool = False
 
-    @model_serializer(mode="wrap")
-    def _without_default_targets(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if self.targets_from == "value":
-            data.pop("targets_from", None)
-        if not self.in_workflow:
-            data.pop("in_workflow", None)
-        if not self.parallel:
-            data.pop("parallel", None)
-        return data
+    left_out_at_default = ("targets_from", "in_workflow", "parallel")
 
 
 def permission_targets(
