@@ -40,6 +40,7 @@ from durable_agent.core.activity_api import (
     SaveCheckpointInput,
 )
 from durable_agent.core.context import ContextLedger
+from durable_agent.core.events import TextDeltaEvent
 from durable_agent.core.export import (
     ExportDescriptor,
     ExportError,
@@ -55,7 +56,6 @@ from durable_agent.core.legacy_shapes import (
     LegacyFinishRunInput,
     LegacySaveCheckpointInput,
 )
-from durable_agent.core.models import TextDeltaEvent
 from durable_agent.core.run_log import (
     GENESIS,
     ExportSeed,

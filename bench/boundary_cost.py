@@ -91,14 +91,9 @@ from durable_agent.config import parse_config
 from durable_agent.core.activity_api import TOOL_CALL
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.context import DEFAULT_RESERVE
+from durable_agent.core.events import ContextCompactedEvent, ModelUsageEvent
 from durable_agent.core.export import ExportError, RunRecord
-from durable_agent.core.models import (
-    ContextCompactedEvent,
-    Message,
-    ModelUsageEvent,
-    ToolDefinition,
-    ToolResultBlock,
-)
+from durable_agent.core.models import Message, ToolDefinition, ToolResultBlock
 from durable_agent.core.run_api import AgentRunInput
 from durable_agent.core.tool_specs import offered_tools
 from durable_agent.devserver import start_dev_server, stop_dev_server

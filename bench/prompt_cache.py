@@ -90,8 +90,9 @@ from durable_agent.client import connect, ensure_search_attributes, exit_process
 from durable_agent.config import ContextConfig, parse_config
 from durable_agent.core import context
 from durable_agent.core.context import DEFAULT_RESERVE
+from durable_agent.core.events import ContextCompactedEvent
 from durable_agent.core.export import RunRecord
-from durable_agent.core.models import ContextCompactedEvent, TokenUsage, usage_cost_usd
+from durable_agent.core.models import TokenUsage, usage_cost_usd
 from durable_agent.core.run_api import AgentRunInput
 from durable_agent.devserver import start_dev_server, stop_dev_server
 from durable_agent.worker import build_worker

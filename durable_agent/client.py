@@ -41,9 +41,10 @@ from durable_agent.codec import data_converter
 from durable_agent.config import AgentConfig, load_config
 from durable_agent.core.activity_api import MODEL_CALL
 from durable_agent.core.canonical import canonical_bytes
+from durable_agent.core.events import EndEvent, EventRecord
 from durable_agent.core.export import SessionCheckpointExportV1
 from durable_agent.core.failures import INPUT_TOO_LARGE
-from durable_agent.core.models import EndEvent, EventRecord, LiveText
+from durable_agent.core.models import LiveText
 from durable_agent.core.output_schema import OutputSchemaError, RunOutputError, schema_of, typed_output
 from durable_agent.core.plan import MESSAGE_BYTES_CEILING, WORKFLOW_TASK_SECONDS
 from durable_agent.core.run_api import (

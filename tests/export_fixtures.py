@@ -26,19 +26,11 @@ from pathlib import Path
 
 from durable_agent.activities.sink_files import whole_document
 from durable_agent.activities.sinks import FilesystemExportSink
+from durable_agent.core.events import ModelUsageEvent, ToolStartEvent, TurnEndEvent
 from durable_agent.core.export import CapabilityBinding, RunRecord
 from durable_agent.core.export_parts import ExportEncoder, PartedExport, build_parted
 from durable_agent.core.loop import LoopState
-from durable_agent.core.models import (
-    Message,
-    ModelResponse,
-    ModelUsageEvent,
-    TextBlock,
-    TokenUsage,
-    ToolStartEvent,
-    ToolUseBlock,
-    TurnEndEvent,
-)
+from durable_agent.core.models import Message, ModelResponse, TextBlock, TokenUsage, ToolUseBlock
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_log import RunLog, export_payload, run_snapshot

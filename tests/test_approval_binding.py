@@ -17,7 +17,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from durable_agent.activities import AgentActivities
 from durable_agent.core.canonical import digest_of
-from durable_agent.core.models import ConfirmationReceivedEvent, ConfirmationRequiredEvent, ToolEndEvent
+from durable_agent.core.events import ConfirmationReceivedEvent, ConfirmationRequiredEvent, ToolEndEvent
 from durable_agent.core.run_api import (
     AgentRunResult,
     ApprovalAnswer,

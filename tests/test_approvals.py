@@ -11,7 +11,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from durable_agent.activities import AgentActivities
 from durable_agent.client import run_result
-from durable_agent.core.models import (
+from durable_agent.core.events import (
     ConfirmationReceivedEvent,
     ConfirmationRequiredEvent,
     PermissionDeniedEvent,

@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent.activities import AgentActivities
 from durable_agent.core.canonical import canonical_bytes
-from durable_agent.core.models import PermissionDeniedEvent, ToolEndEvent
+from durable_agent.core.events import PermissionDeniedEvent, ToolEndEvent
 from durable_agent.core.run_api import WORKFLOW_TYPE, AgentRunResult
 from tests.helpers import (
     RecordingSink,

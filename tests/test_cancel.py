@@ -14,7 +14,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools import Tool, builtin_tools
 from durable_agent.client import run_result
-from durable_agent.core.models import ToolEndEvent
+from durable_agent.core.events import ToolEndEvent
 from durable_agent.core.run_api import AgentRunResult, RunStatusView
 from durable_agent.core.tool_specs import ToolArgs, ToolSpec
 from tests.helpers import (

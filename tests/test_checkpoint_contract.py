@@ -189,7 +189,7 @@ def test_text_and_tool_results_shape_the_conversation() -> None:
 
 
 def test_events_carry_a_preview_of_long_tool_inputs_and_outputs() -> None:
-    from durable_agent.core.models import TOOL_OUTPUT_PREVIEW_CHARS, ToolEndEvent, ToolStartEvent
+    from durable_agent.core.events import TOOL_OUTPUT_PREVIEW_CHARS, ToolEndEvent, ToolStartEvent
 
     big = "x" * (TOOL_OUTPUT_PREVIEW_CHARS + 500)
     start = ToolStartEvent.of("w1", "write", {"file_path": "a.txt", "content": big})

@@ -25,7 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.activities import AgentActivities
 from durable_agent.client import follow_events, run_result
-from durable_agent.core.models import CheckpointExportedEvent, EndEvent, EventRecord
+from durable_agent.core.events import CheckpointExportedEvent, EndEvent, EventRecord
 from durable_agent.core.run_api import AgentRunResult, RunStatusView
 from tests.helpers import final, read_call, running_worker, scripted_config, start, until, workspace_with
 

@@ -32,14 +32,12 @@ from durable_agent.core.context import (
     request_tokens,
     text_tokens,
 )
+from durable_agent.core.events import ContextCompactedEvent, EventRecord, ModelUsageEvent
 from durable_agent.core.export import SessionCheckpointExportV1
 from durable_agent.core.models import (
-    ContextCompactedEvent,
     ContextView,
-    EventRecord,
     Message,
     ModelResponse,
-    ModelUsageEvent,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,

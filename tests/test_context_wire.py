@@ -18,8 +18,9 @@ from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.sinks import read_export_file
+from durable_agent.core.events import ContextCompactedEvent
 from durable_agent.core.export import tool_end_ids
-from durable_agent.core.models import ContextCompactedEvent, ToolResultBlock
+from durable_agent.core.models import ToolResultBlock
 from tests.helpers import running_worker, start, workspace_with
 from tests.test_http_providers import WIRES, http_config, key, loopback_only
 from tests.wire_servers import Reader, Wire, WireServer

@@ -10,7 +10,7 @@ from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
 from durable_agent.client import follow_events, run_result
-from durable_agent.core.models import EndEvent, EventRecord, ToolEndEvent
+from durable_agent.core.events import EndEvent, EventRecord, ToolEndEvent
 from durable_agent.core.run_api import AgentRunResult, ApprovalAnswer, ApprovalDecision
 from tests.helpers import (
     RecordingSink,

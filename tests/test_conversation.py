@@ -16,15 +16,8 @@ from durable_agent.activities.providers import build_providers
 from durable_agent.activities.tools import Tool, builtin_tools
 from durable_agent.client import end_conversation, resume_run, run_result, send_prompt, steer_run
 from durable_agent.config import AgentConfig
-from durable_agent.core.models import (
-    BudgetExhaustedEvent,
-    EventRecord,
-    Message,
-    TextBlock,
-    ToolEndEvent,
-    ToolResultBlock,
-    UserMessageEvent,
-)
+from durable_agent.core.events import BudgetExhaustedEvent, EventRecord, ToolEndEvent, UserMessageEvent
+from durable_agent.core.models import Message, TextBlock, ToolResultBlock
 from durable_agent.core.run_api import AgentRunResult
 from durable_agent.core.run_log import RunLog
 from durable_agent.core.tool_specs import ToolArgs, ToolSpec

@@ -26,13 +26,9 @@ from durable_agent.activities.tools.builtin import builtin_tools
 from durable_agent.activities.tools.custom import parse_docstring
 from durable_agent.activities.tools.tool import Tool
 from durable_agent.client import run_result, start_run
+from durable_agent.core.events import ConfirmationRequiredEvent, PermissionDeniedEvent, ToolEndEvent
 from durable_agent.core.images import image_block
-from durable_agent.core.models import (
-    ConfirmationRequiredEvent,
-    PermissionDeniedEvent,
-    ToolEndEvent,
-    ToolResultBlock,
-)
+from durable_agent.core.models import ToolResultBlock
 from durable_agent.core.run_api import AgentRunInput, ApprovalDecision
 from durable_agent.core.tool_specs import ToolCallError, validate_args
 from tests.helpers import (

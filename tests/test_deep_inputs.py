@@ -26,6 +26,7 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers.http_errors import Failures
 from durable_agent.cli.commands import run_cli
 from durable_agent.core.canonical import CanonicalJsonError, canonical_bytes, digest_of, sha256_digest
+from durable_agent.core.events import ToolEndEvent
 from durable_agent.core.export import (
     EncodingError,
     InvalidDescriptor,
@@ -40,7 +41,6 @@ from durable_agent.core.json_limits import (
     check_value,
     loads,
 )
-from durable_agent.core.models import ToolEndEvent
 from tests.helpers import RecordingSink, final, running_worker, scripted_config, start, tool_call
 from tests.test_checkpoint_contract import export_at, state_at_boundary
 from tests.test_http_providers import KEY_ENV, MODEL, SECRET, model_attempts

@@ -19,7 +19,8 @@ from durable_agent.activities.tools.path_guard import OPENED_JUDGE, check_resolv
 from durable_agent.activities.tools.tool import text_of
 from durable_agent.core.activity_api import ToolCallInput
 from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
-from durable_agent.core.models import PermissionDeniedEvent, ToolResultBlock
+from durable_agent.core.events import PermissionDeniedEvent
+from durable_agent.core.models import ToolResultBlock
 from durable_agent.core.patch_format import PatchError, parse_patch
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.tool_args import ApplyPatchArgs

@@ -24,6 +24,7 @@ from durable_agent.activities.providers import build_providers
 from durable_agent.activities.sinks import read_export_file
 from durable_agent.config import AgentConfig
 from durable_agent.core.canonical import canonical_bytes, digest_of, sha256_digest
+from durable_agent.core.events import ThinkingEvent
 from durable_agent.core.export import ExportDescriptor, InvalidPayload, SessionCheckpointExportV1, open_export
 from durable_agent.core.images import image_block, with_image_data
 from durable_agent.core.loop import LoopState
@@ -34,7 +35,6 @@ from durable_agent.core.models import (
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
-    ThinkingEvent,
     ToolResultBlock,
     ToolUseBlock,
 )

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from durable_agent.core.events import ErrorEvent, EventRecord, TextDeltaEvent, ToolStartEvent
 from durable_agent.core.export import RunRecord, SessionCheckpointExportV1
 from durable_agent.core.export_parts import (
     CHAIN_START,
@@ -14,17 +15,7 @@ from durable_agent.core.export_parts import (
     build_parted,
     chain_of,
 )
-from durable_agent.core.models import (
-    ErrorEvent,
-    EventRecord,
-    Message,
-    TextBlock,
-    TextDeltaEvent,
-    TokenUsage,
-    ToolResultBlock,
-    ToolStartEvent,
-    ToolUseBlock,
-)
+from durable_agent.core.models import Message, TextBlock, TokenUsage, ToolResultBlock, ToolUseBlock
 from durable_agent.core.run_log import (
     ExportFacts,
     LogDelta,

@@ -26,7 +26,8 @@ from durable_agent.activities import AgentActivities
 from durable_agent.cli.render import EventPrinter
 from durable_agent.client import end_conversation, run_result, send_prompt, start_run
 from durable_agent.core.activity_api import HOOK, MODEL_CALL, TOOL_CALL
-from durable_agent.core.models import EventRecord, HookRunEvent, Message, ToolResultBlock, UserMessageEvent
+from durable_agent.core.events import EventRecord, HookRunEvent, UserMessageEvent
+from durable_agent.core.models import Message, ToolResultBlock
 from durable_agent.core.run_api import AgentRunInput
 from durable_agent.workflows.patches import HOOKS_PATCH
 from tests.helpers import (

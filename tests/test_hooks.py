@@ -25,6 +25,7 @@ from durable_agent.activities.resolve_run import RunPlanner
 from durable_agent.activities.tools.builtin import builtin_tools
 from durable_agent.config import ConfigError, SandboxConfig, load_config, parse_config
 from durable_agent.core.activity_api import HOOK, HOOK_MARGIN_SECONDS, ResolveInput, hook_call
+from durable_agent.core.events import EventRecord, HookRunEvent
 from durable_agent.core.hooks import (
     HOOK_VALUE_MAX_CHARS,
     HookConfig,
@@ -40,7 +41,7 @@ from durable_agent.core.hooks import (
     hooks_for,
     matches,
 )
-from durable_agent.core.models import EventRecord, Frozen, HookRunEvent
+from durable_agent.core.models import Frozen
 from durable_agent.core.plan import RunPlan, Timeouts
 from durable_agent.core.run_api import RunSettings
 from durable_agent.workflows.calls import CallRunner, Cancellation, RunCancelled

@@ -14,7 +14,7 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools.path_guard import check_resolved, read_denier
 from durable_agent.core.activity_api import ToolCallInput
 from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
-from durable_agent.core.models import PermissionDeniedEvent, ToolEndEvent
+from durable_agent.core.events import PermissionDeniedEvent, ToolEndEvent
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.run_api import ApprovalDecision
 from tests.helpers import (

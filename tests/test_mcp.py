@@ -26,7 +26,8 @@ from durable_agent.activities.providers.model_provider import ModelProvider, Tex
 from durable_agent.client import resume_run, run_result
 from durable_agent.config import AgentConfig
 from durable_agent.core.activity_api import ModelCallInput
-from durable_agent.core.models import ModelResponse, ToolEndEvent, ToolsUnavailableEvent
+from durable_agent.core.events import ToolEndEvent, ToolsUnavailableEvent
+from durable_agent.core.models import ModelResponse
 from durable_agent.core.run_api import ApprovalDecision
 from tests.helpers import (
     RecordingProvider,

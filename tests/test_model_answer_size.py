@@ -12,7 +12,7 @@ from temporalio.client import Client
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.model_call import MODEL_ANSWER_MAX_BYTES
 from durable_agent.activities.providers import build_providers
-from durable_agent.core.models import ToolEndEvent
+from durable_agent.core.events import ToolEndEvent
 from tests.helpers import (
     RecordingProvider,
     RecordingSink,

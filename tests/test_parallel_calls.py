@@ -22,14 +22,13 @@ from durable_agent.client import run_result, start_run
 from durable_agent.config import McpServerConfig, parse_config
 from durable_agent.core.activity_api import TOOL_CALL
 from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
-from durable_agent.core.models import (
+from durable_agent.core.events import (
     ConfirmationReceivedEvent,
     ConfirmationRequiredEvent,
-    ToolDefinition,
     ToolEndEvent,
     ToolStartEvent,
-    ToolUseBlock,
 )
+from durable_agent.core.models import ToolDefinition, ToolUseBlock
 from durable_agent.core.run_api import AgentRunInput, AgentRunResult, ApprovalAnswer, ApprovalDecision
 from durable_agent.core.tool_specs import ToolOffer
 from durable_agent.workflows import AgentRun

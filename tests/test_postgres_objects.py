@@ -27,8 +27,8 @@ from durable_agent.config import (
     WorkspaceCheckpointsConfig,
 )
 from durable_agent.conformance.sink_checks import sample_object
+from durable_agent.core.events import ToolEndEvent
 from durable_agent.core.export import workspace_tree_of
-from durable_agent.core.models import ToolEndEvent
 from durable_agent.worker import connect_storage
 from tests.helpers import running_worker, start
 from tests.test_workspace_checkpoints import files_of, run_config

@@ -13,13 +13,12 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.model_call import unsigned_where_changed
 from durable_agent.cli.render import EventPrinter
 from durable_agent.config import ConfigError, parse_config, takes_images
+from durable_agent.core.events import EventRecord, ThinkingEvent
 from durable_agent.core.models import (
-    EventRecord,
     Message,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
-    ThinkingEvent,
     TokenUsage,
     ToolUseBlock,
     usage_cost_usd,

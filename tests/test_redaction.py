@@ -14,7 +14,7 @@ from temporalio.client import Client
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.redact import MIN_SECRET_CHARS, Redactor
 from durable_agent.config import AgentConfig, PostgresSinkConfig, parse_config
-from durable_agent.core.models import ToolEndEvent
+from durable_agent.core.events import ToolEndEvent
 from tests.helpers import RecordingSink, running_worker, scripted_config, start, tool_call
 
 KEY = "sk-test-9f8e7d6c5b4a3210"

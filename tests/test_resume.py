@@ -17,8 +17,8 @@ from durable_agent.activities.providers import build_providers
 from durable_agent.activities.sinks import read_export_file
 from durable_agent.activities.tools import builtin_tools
 from durable_agent.client import ensure_search_attributes, resume_run
+from durable_agent.core.events import RunStartEvent, ToolEndEvent
 from durable_agent.core.export import SessionCheckpointExportV1
-from durable_agent.core.models import RunStartEvent, ToolEndEvent
 from durable_agent.core.run_api import WORKFLOW_TYPE, AgentRunInput, AgentRunResult
 from durable_agent.devserver import start_ephemeral_server
 from tests.helpers import (

@@ -15,14 +15,8 @@ from durable_agent.activities.providers.from_config import build_providers
 from durable_agent.activities.providers.model_provider import ModelProvider, TextSink, assistant_step
 from durable_agent.client import end_conversation
 from durable_agent.core.activity_api import ModelCallInput
-from durable_agent.core.models import (
-    EventRecord,
-    ModelResponse,
-    RewindEvent,
-    TextBlock,
-    TokenUsage,
-    ToolResultBlock,
-)
+from durable_agent.core.events import EventRecord, RewindEvent
+from durable_agent.core.models import ModelResponse, TextBlock, TokenUsage, ToolResultBlock
 from durable_agent.core.run_api import UPDATE_REWIND, RewindAccepted, RewindRequest
 from tests.helpers import (
     RecordingProvider,

@@ -15,18 +15,16 @@ from durable_agent.activities.store import FilesystemSessionStore, MemorySession
 from durable_agent.activities.store.run_log_cache import RunLogCache
 from durable_agent.core.activity_api import OpenRunInput, SaveCheckpointInput
 from durable_agent.core.canonical import canonical_bytes, digest_of
+from durable_agent.core.events import ErrorEvent, TextDeltaEvent, ToolStartEvent
 from durable_agent.core.export import RunRecord
 from durable_agent.core.journal import CARRIED_EVENTS
 from durable_agent.core.loop import LoopState
 from durable_agent.core.models import (
-    ErrorEvent,
     Message,
     ModelResponse,
     TextBlock,
-    TextDeltaEvent,
     TokenUsage,
     ToolResultBlock,
-    ToolStartEvent,
     ToolUseBlock,
 )
 from durable_agent.core.run_api import CarriedState

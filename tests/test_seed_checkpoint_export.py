@@ -10,16 +10,9 @@ from temporalio.client import Client
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers import build_providers
 from durable_agent.client import follow_events, follow_run
+from durable_agent.core.events import EndEvent, EventRecord, TextDeltaEvent, ToolEndEvent
 from durable_agent.core.export import LoopCheckpoint, tool_end_ids
-from durable_agent.core.models import (
-    EndEvent,
-    EventRecord,
-    LiveText,
-    TextDeltaEvent,
-    TokenUsage,
-    ToolEndEvent,
-    ToolResultBlock,
-)
+from durable_agent.core.models import LiveText, TokenUsage, ToolResultBlock
 from durable_agent.core.run_api import AgentRunResult, RunStatusView
 from durable_agent.core.run_log import RunLog
 from tests.helpers import (

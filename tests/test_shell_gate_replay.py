@@ -18,7 +18,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 from durable_agent.activities import AgentActivities
-from durable_agent.core.models import ConfirmationRequiredEvent, PermissionDeniedEvent
+from durable_agent.core.events import ConfirmationRequiredEvent, PermissionDeniedEvent
 from durable_agent.core.permissions import Decision, PermissionPolicy
 from durable_agent.workflows import AgentRun, shell_gate
 from durable_agent.workflows.patches import PATCH_SHELL_UNSEEN

@@ -9,16 +9,10 @@ import pytest
 
 from durable_agent.activities.sink_files import MANIFEST_SCHEMA, ManifestError, read_export_file
 from durable_agent.activities.sinks import FilesystemExportSink
+from durable_agent.core.events import EventRecord, ToolStartEvent
 from durable_agent.core.export import ContentDrift, SessionCheckpointExportV1
 from durable_agent.core.export_parts import ExportEncoder, PartedExport, build_parted
-from durable_agent.core.models import (
-    EventRecord,
-    Message,
-    TextBlock,
-    TokenUsage,
-    ToolResultBlock,
-    ToolStartEvent,
-)
+from durable_agent.core.models import Message, TextBlock, TokenUsage, ToolResultBlock
 from durable_agent.core.run_log import ExportFacts, LogDelta, LogEntry, RunLog, build_export, export_payload
 from tests.test_export_parts import ended
 from tests.test_run_log import RUN, START, header

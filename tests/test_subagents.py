@@ -22,17 +22,9 @@ from durable_agent.cli.run_commands import _print_tree
 from durable_agent.client import run_result, start_run
 from durable_agent.config import ConfigError, parse_config
 from durable_agent.core.activity_api import ModelCallInput
+from durable_agent.core.events import EventRecord, SubagentEndEvent, SubagentStartEvent
 from durable_agent.core.export import SessionCheckpointExportV1
-from durable_agent.core.models import (
-    EventRecord,
-    ModelResponse,
-    SubagentEndEvent,
-    SubagentStartEvent,
-    TextBlock,
-    TokenUsage,
-    ToolResultBlock,
-    ToolUseBlock,
-)
+from durable_agent.core.models import ModelResponse, TextBlock, TokenUsage, ToolResultBlock, ToolUseBlock
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.run_api import AgentRunInput, RunStatusView
 from durable_agent.core.subagents import (

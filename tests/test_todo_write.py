@@ -16,13 +16,9 @@ from durable_agent.cli.render import EventPrinter, print_status
 from durable_agent.client import follow_events
 from durable_agent.core.activity_api import TOOL_CALL
 from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
+from durable_agent.core.events import TodoEvent, TodoItem, ToolEndEvent
 from durable_agent.core.export import CheckpointPayload
-from durable_agent.core.models import (
-    TodoEvent,
-    TodoItem,
-    ToolEndEvent,
-    ToolResultBlock,
-)
+from durable_agent.core.models import ToolResultBlock
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.run_api import AgentRunResult
 from durable_agent.core.todo_list import answer_todo_write, checklist_markdown

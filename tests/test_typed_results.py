@@ -19,17 +19,14 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers import TextSink, build_providers
 from durable_agent.client import end_conversation, run_result, send_prompt, start_run
 from durable_agent.core.activity_api import ModelCallInput
-from durable_agent.core.models import (
+from durable_agent.core.events import (
     ErrorEvent,
     EventRecord,
     FinalResultEvent,
-    ModelResponse,
-    TokenUsage,
-    ToolDefinition,
     ToolEndEvent,
-    ToolResultBlock,
     UserMessageEvent,
 )
+from durable_agent.core.models import ModelResponse, TokenUsage, ToolDefinition, ToolResultBlock
 from durable_agent.core.output_schema import (
     FINAL_RESULT_TOOL,
     OutputSchemaError,

@@ -27,7 +27,7 @@ from durable_agent.activities.tools.tool import ToolFailure
 from durable_agent.activities.tools.web_fetch import Fetcher, refused_address
 from durable_agent.config import WebFetchConfig
 from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
-from durable_agent.core.models import ToolEndEvent
+from durable_agent.core.events import ToolEndEvent
 from durable_agent.core.permissions import InvalidRule, PermissionPolicy, parse_rule
 from durable_agent.core.tool_args import READ_MAX_BYTES, WebFetchArgs
 from durable_agent.core.tool_specs import (

@@ -26,14 +26,14 @@ from temporalio.service import RPCError
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers import build_providers
 from durable_agent.client import run_result, send_prompt, steer_run
-from durable_agent.core.models import (
+from durable_agent.core.events import (
     ErrorEvent,
     EventRecord,
-    TextBlock,
     ToolEndEvent,
     ToolsUnavailableEvent,
     UserMessageEvent,
 )
+from durable_agent.core.models import TextBlock
 from durable_agent.core.plan import Limits
 from durable_agent.core.run_api import (
     HISTORY_FULL,

@@ -19,9 +19,10 @@ from durable_agent.activities.sinks import FilesystemExportSink, ObjectSink
 from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTrees, object_id, restore_tree
 from durable_agent.client import resume_run
 from durable_agent.config import WorkspaceCheckpointsConfig
+from durable_agent.core.events import ToolEndEvent
 from durable_agent.core.export import workspace_tree_of
 from durable_agent.core.failures import failure_message
-from durable_agent.core.models import ToolEndEvent, WorkspaceState
+from durable_agent.core.models import WorkspaceState
 from tests.helpers import final, running_worker, scripted_config, start, tool_call
 
 Files = dict[str, tuple[bytes, int]]

@@ -32,15 +32,10 @@ from durable_agent.workflows.approval_book import ApprovalBook
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import MODEL_CALL, ModelStepInput
+    from durable_agent.core.events import ErrorEvent, EventRecord, ToolsUnavailableEvent
     from durable_agent.core.failures import failure_message
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import (
-        ErrorEvent,
-        EventRecord,
-        ModelResponse,
-        ToolsUnavailableEvent,
-        ToolUseBlock,
-    )
+    from durable_agent.core.models import ModelResponse, ToolUseBlock
     from durable_agent.core.run_api import (
         AWAITING_PROMPT,
         QUERY_EVENTS,

@@ -28,8 +28,9 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import ToolOutput
+    from durable_agent.core.events import ToolStartEvent, TurnEndEvent
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import ToolStartEvent, ToolUseBlock, TurnEndEvent
+    from durable_agent.core.models import ToolUseBlock
     from durable_agent.core.permissions import strictest
     from durable_agent.core.plan import RunPlan
     from durable_agent.core.tool_specs import ToolCallError, find_offer, permission_targets

@@ -27,9 +27,10 @@ with workflow.unsafe.imports_passed_through():
         next_view,
         plan_compaction,
     )
+    from durable_agent.core.events import ContextCompactedEvent, ErrorEvent
     from durable_agent.core.failures import CONTEXT_OVERFLOW, failure_message
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import ContextCompactedEvent, ErrorEvent, TokenUsage
+    from durable_agent.core.models import TokenUsage
     from durable_agent.core.run_log import LogDelta
 
 from durable_agent.workflows.calls import CallRunner, RunFailed, now_ms

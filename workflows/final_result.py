@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from durable_agent.core.events import ErrorEvent, ToolStartEvent, TurnEndEvent
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import ErrorEvent, ToolStartEvent, ToolUseBlock, TurnEndEvent
+    from durable_agent.core.models import ToolUseBlock
     from durable_agent.core.output_schema import (
         ACCEPTED_MESSAGE,
         FINAL_RESULT_TOOL,

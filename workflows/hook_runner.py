@@ -28,6 +28,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import HOOK, ToolOutput, hook_call
+    from durable_agent.core.events import ErrorEvent
     from durable_agent.core.failures import failure_message
     from durable_agent.core.hooks import (
         HookEventName,
@@ -39,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
         hooks_for,
     )
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import ErrorEvent, ToolUseBlock
+    from durable_agent.core.models import ToolUseBlock
     from durable_agent.core.run_api import FinalStatus
 
 from durable_agent.workflows.calls import CallRunner, RunFailed, now_ms

@@ -30,9 +30,9 @@ with workflow.unsafe.imports_passed_through():
         SaveCheckpointInput,
     )
     from durable_agent.core.canonical import canonical_bytes
+    from durable_agent.core.events import ErrorEvent
     from durable_agent.core.failures import EXPORT_FAILURE_TYPES, STATE_LOST, failure_message
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import ErrorEvent
     from durable_agent.core.run_log import LogEntry, LogRef
 
 from durable_agent.workflows.calls import (

@@ -21,9 +21,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import RESTORE_WORKSPACE, RestoreWorkspaceInput
+    from durable_agent.core.events import RewindEvent
     from durable_agent.core.failures import failure_message
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import RewindEvent
     from durable_agent.core.run_api import (
         AgentRunInput,
         ExportRef,

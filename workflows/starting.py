@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.core.context import ContextLedger
     from durable_agent.core.errors import validation_message
+    from durable_agent.core.events import ErrorEvent, ToolsUnavailableEvent
     from durable_agent.core.export import (
         CapabilityBinding,
         CheckpointPayload,
@@ -40,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.core.failures import INPUT_TOO_LARGE, INVALID_RUN_INPUT, failure_message
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import ErrorEvent, ToolsUnavailableEvent
     from durable_agent.core.plan import RunPlan, Timeouts
     from durable_agent.core.run_api import AgentRunInput, CarriedState, RunInputJson
 

@@ -24,14 +24,14 @@ from durable_agent.workflows.approval_book import ApprovalBook, summarize_argume
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
     from durable_agent.core.canonical import canonical_bytes, digest_of
-    from durable_agent.core.failures import failure_message
-    from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import (
+    from durable_agent.core.events import (
         ConfirmationReceivedEvent,
         ConfirmationRequiredEvent,
         PermissionDeniedEvent,
-        ToolUseBlock,
     )
+    from durable_agent.core.failures import failure_message
+    from durable_agent.core.loop import LoopState
+    from durable_agent.core.models import ToolUseBlock
     from durable_agent.core.permissions import COMMAND_TOOLS, Decision
     from durable_agent.core.run_api import AWAITING_APPROVAL, ApprovalDecision, PendingApproval
     from durable_agent.core.run_log import STAGE_MIN_BYTES

@@ -16,8 +16,9 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import ToolOutput
+    from durable_agent.core.events import PermissionDeniedEvent
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import PermissionDeniedEvent, ToolUseBlock
+    from durable_agent.core.models import ToolUseBlock
     from durable_agent.core.todo_list import TODO_WRITE, answer_todo_write, summary
     from durable_agent.core.tool_specs import in_workflow_policy
 

@@ -34,8 +34,8 @@ from durable_agent.client import (
 )
 from durable_agent.client import task_queue as default_task_queue
 from durable_agent.core.errors import validation_message
+from durable_agent.core.events import EndEvent, EventRecord
 from durable_agent.core.failures import failure_message
-from durable_agent.core.models import EndEvent, EventRecord
 from durable_agent.core.run_api import AWAITING_PROMPT, QUERY_STATUS, AgentRunResult, RunStatusView
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
-from durable_agent.core.models import (
+from durable_agent.core.events import (
     BudgetExhaustedEvent,
     CheckpointExportedEvent,
     CheckpointExportFailedEvent,
@@ -19,7 +19,6 @@ from durable_agent.core.models import (
     EventRecord,
     FinalResultEvent,
     HookRunEvent,
-    LiveText,
     PermissionDeniedEvent,
     PersistenceFailedEvent,
     RewindEvent,
@@ -29,12 +28,12 @@ from durable_agent.core.models import (
     TextDeltaEvent,
     ThinkingEvent,
     TodoEvent,
-    TokenUsage,
     ToolEndEvent,
     ToolStartEvent,
     ToolsUnavailableEvent,
     UserMessageEvent,
 )
+from durable_agent.core.models import LiveText, TokenUsage
 from durable_agent.core.run_api import AgentRunResult, Budget, RunStatusView
 from durable_agent.core.subagents import ChildRun
 from durable_agent.core.todo_list import checklist_lines, summary

@@ -28,8 +28,8 @@ from durable_agent.cli.render import EventPrinter, print_status
 from durable_agent.client import connect, follow_events, run_result, start_run
 from durable_agent.client import task_queue as default_task_queue
 from durable_agent.core.errors import validation_message
+from durable_agent.core.events import EventRecord, SubagentStartEvent
 from durable_agent.core.failures import failure_message
-from durable_agent.core.models import EventRecord, SubagentStartEvent
 from durable_agent.core.run_api import (
     QUERY_EVENTS,
     QUERY_STATUS,

@@ -46,14 +46,12 @@ from typing import Any, Final, Literal
 from pydantic import Field
 
 from durable_agent.core.canonical import canonical_bytes
+from durable_agent.core.events import ContextCompactedEvent, EventRecord, ModelUsageEvent
 from durable_agent.core.models import (
     ContentBlock,
-    ContextCompactedEvent,
     ContextView,
-    EventRecord,
     Frozen,
     Message,
-    ModelUsageEvent,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,

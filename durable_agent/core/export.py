@@ -16,18 +16,10 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from durable_agent.core.canonical import CanonicalJsonError, canonical_bytes, digest_of, sha256_digest
 from durable_agent.core.errors import DurableAgentError, validation_message
+from durable_agent.core.events import EventRecord, ToolEndEvent
 from durable_agent.core.json_limits import DOCUMENT_MAX_DEPTH, JsonLimitError
 from durable_agent.core.json_limits import loads as bounded_loads
-from durable_agent.core.models import (
-    EventRecord,
-    Frozen,
-    ImageBlock,
-    InstructionFile,
-    Message,
-    Sparse,
-    TokenUsage,
-    ToolEndEvent,
-)
+from durable_agent.core.models import Frozen, ImageBlock, InstructionFile, Message, Sparse, TokenUsage
 from durable_agent.core.permissions import PermissionPolicy
 
 EXPORT_SCHEMA: Final = "durable-agent.session-checkpoint-export.v1"

@@ -32,7 +32,8 @@ from typing import Any, Literal, get_args
 import re2
 from pydantic import Field, field_validator, model_validator
 
-from durable_agent.core.models import TOOL_OUTPUT_PREVIEW_CHARS, Frozen, HookRunEvent, Sparse
+from durable_agent.core.events import TOOL_OUTPUT_PREVIEW_CHARS, HookRunEvent
+from durable_agent.core.models import Frozen, Sparse
 
 # The four moments, defined beside the ``hook_run`` event that names them; exported here too.
 from durable_agent.core.models import HookEventName as HookEventName

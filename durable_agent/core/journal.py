@@ -18,21 +18,18 @@ from typing import Literal, TypedDict
 from durable_agent.core import legacy_shapes
 from durable_agent.core.activity_api import FinishRunInput
 from durable_agent.core.context import ContextLedger, fixed_tokens
-from durable_agent.core.export import ExportDescriptor, RunStatus
-from durable_agent.core.models import (
+from durable_agent.core.events import (
     AgentEvent,
     CheckpointExportedEvent,
     CheckpointExportFailedEvent,
     ContextCompactedEvent,
     EventRecord,
-    Message,
     ModelUsageEvent,
     PersistenceFailedEvent,
-    TextBlock,
     TextDeltaEvent,
-    TokenUsage,
-    ToolResultBlock,
 )
+from durable_agent.core.export import ExportDescriptor, RunStatus
+from durable_agent.core.models import Message, TextBlock, TokenUsage, ToolResultBlock
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_api import CarriedState, ExportFailure, ExportRef
 from durable_agent.core.run_log import ExportSeed, LogDelta, LogEntry, LogRef, RunHeader

@@ -22,28 +22,30 @@ from durable_agent.core import legacy_shapes
 from durable_agent.core.activity_api import ResumePoint
 from durable_agent.core.canonical import digest_of
 from durable_agent.core.context import ContextLedger
-from durable_agent.core.export import LoopCheckpoint, RunStatus
-from durable_agent.core.journal import RunJournal
-from durable_agent.core.models import (
+from durable_agent.core.events import (
     BudgetExhaustedEvent,
     ContextCompactedEvent,
     EndEvent,
     FinalResultEvent,
-    ImageBlock,
-    Message,
-    ModelResponse,
     RunStartEvent,
-    TextBlock,
     TextDeltaEvent,
     ThinkingEvent,
     TodoEvent,
     TodoItem,
-    TokenUsage,
     ToolEndEvent,
-    ToolResultBlock,
-    ToolUseBlock,
     UserMessageEvent,
     UserMessageKind,
+)
+from durable_agent.core.export import LoopCheckpoint, RunStatus
+from durable_agent.core.journal import RunJournal
+from durable_agent.core.models import (
+    ImageBlock,
+    Message,
+    ModelResponse,
+    TextBlock,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
     WorkspaceState,
     usage_cost_usd,
 )

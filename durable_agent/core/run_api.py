@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from durable_agent.core.context import ContextLedger
+from durable_agent.core.events import EventRecord, TodoItem, UserMessageEvent
 from durable_agent.core.export import (
     CheckpointPayload,
     ExportError,
@@ -34,17 +35,7 @@ from durable_agent.core.failures import INPUT_TOO_LARGE as INPUT_TOO_LARGE
 from durable_agent.core.failures import INVALID_RUN_INPUT as INVALID_RUN_INPUT
 from durable_agent.core.failures import PAYLOAD_REFUSED as PAYLOAD_REFUSED
 from durable_agent.core.failures import QUEUE_FULL as QUEUE_FULL
-from durable_agent.core.models import (
-    EventRecord,
-    Frozen,
-    Message,
-    NonBlank,
-    Sparse,
-    TodoItem,
-    TokenUsage,
-    ToolUseBlock,
-    UserMessageEvent,
-)
+from durable_agent.core.models import Frozen, Message, NonBlank, Sparse, TokenUsage, ToolUseBlock
 from durable_agent.core.output_schema import check_output_schema
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan

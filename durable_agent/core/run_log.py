@@ -25,6 +25,7 @@ from pydantic import Field
 
 from durable_agent.core.canonical import canonical_bytes, digest_of, sha256_digest
 from durable_agent.core.errors import DurableAgentError
+from durable_agent.core.events import ContextCompactedEvent, EventRecord
 from durable_agent.core.export import (
     CapabilityBinding,
     CheckpointPayload,
@@ -37,9 +38,7 @@ from durable_agent.core.export import (
     SessionSnapshot,
 )
 from durable_agent.core.models import (
-    ContextCompactedEvent,
     ContextView,
-    EventRecord,
     Frozen,
     Message,
     TextBlock,

@@ -28,7 +28,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from durable_agent.core.models import Frozen, SubagentEndEvent, SubagentStartEvent, TokenUsage
+from durable_agent.core.events import SubagentEndEvent, SubagentStartEvent
+from durable_agent.core.models import Frozen, TokenUsage
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.tool_args import ToolArgs
 from durable_agent.core.tool_specs import ToolSpec

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from durable_agent.core.errors import validation_message
-from durable_agent.core.models import TodoItem, TodoStatus
+from durable_agent.core.events import TodoItem, TodoStatus
 from durable_agent.core.tool_args import TodoWriteArgs
 
 TODO_WRITE = "todo_write"
