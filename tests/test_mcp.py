@@ -27,6 +27,7 @@ from durable_agent.client import resume_run, run_result
 from durable_agent.config import AgentConfig
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.events import ToolEndEvent, ToolsUnavailableEvent
+from durable_agent.core.export import SessionCheckpointExportV1
 from durable_agent.core.models import ModelResponse
 from durable_agent.core.run_api import ApprovalDecision
 from tests.helpers import (
@@ -318,11 +319,10 @@ def http_server() -> Iterator[Any]:
         proc.wait(10)
 
 
-async def test_a_catalog_change_refuses_a_resume_unless_forced(
-    client: Client, tmp_path: Path, http_server: Any
-) -> None:
-    url = http_server("--extra-tool")  # the server offers one tool more than it will later
-    responses = [tool_call("e1", "mcp__web__echo", text="before"), final("one")]
+async def echo_export(
+    client: Client, tmp_path: Path, url: str, responses: list[dict[str, Any]]
+) -> SessionCheckpointExportV1:
+    """The first export of a run that calls the `web` server at ``url``."""
     config = mcp_config(tmp_path, responses, {"web": {"url": url}})
     sink = RecordingSink()
     acts = AgentActivities(config, sinks={"local": sink})
@@ -333,7 +333,15 @@ async def test_a_catalog_change_refuses_a_resume_unless_forced(
             assert (await handle.result()).status == "completed"
     finally:
         await acts.aclose()
-    export = sink.exports[0]
+    return sink.exports[0]
+
+
+async def test_a_catalog_change_refuses_a_resume_unless_forced(
+    client: Client, tmp_path: Path, http_server: Any
+) -> None:
+    responses = [tool_call("e1", "mcp__web__echo", text="before"), final("one")]
+    # the server offers one tool more than it will later
+    export = await echo_export(client, tmp_path, http_server("--extra-tool"), responses)
     before = export.open().logical_resume.capability_binding
     assert before is not None and "mcp__web__extra_tool" in before.tools
 
@@ -363,20 +371,8 @@ async def test_a_catalog_change_refuses_a_resume_unless_forced(
 async def test_a_server_offering_a_tool_more_still_resumes_with_the_checkpoints_tools(
     client: Client, tmp_path: Path, http_server: Any
 ) -> None:
-    url = http_server()
     responses = [tool_call("e1", "mcp__web__echo", text="before"), final("one")]
-    config = mcp_config(tmp_path, responses, {"web": {"url": url}})
-    sink = RecordingSink()
-    acts = AgentActivities(config, sinks={"local": sink})
-    try:
-        async with running_worker(client, acts) as queue:
-            await listed(acts)
-            assert (
-                await (await start(client, queue, workspace_with(tmp_path, {}), "echo")).result()
-            ).status == ("completed")
-    finally:
-        await acts.aclose()
-    export = sink.exports[0]
+    export = await echo_export(client, tmp_path, http_server(), responses)
 
     url = http_server("--extra-tool")  # the server now offers one more tool
     again = tool_call("e2", "mcp__web__echo", text="after")  # step 2: the resumed run's first
