@@ -24,7 +24,7 @@ has committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pydantic import ValidationError
 
@@ -79,18 +79,7 @@ class PostgresExportSink:
     async def missing_objects(self, ids: Sequence[str]) -> list[str]:
         """Those of ``ids`` this sink does not hold, in their order (one query a few thousand ids)."""
         wanted = [object_id_checked(oid) for oid in ids]
-        held: set[str] = set()
-        try:
-            pool = await self.db.pool()
-            for start in range(0, len(wanted), _ID_BATCH):
-                rows = await pool.fetch(
-                    "SELECT id FROM agent_object WHERE sink = $1 AND id = ANY($2::text[])",
-                    self.name,
-                    wanted[start : start + _ID_BATCH],
-                )
-                held.update(row["id"] for row in rows)
-        except Exception as exc:
-            raise self._sink_error(exc) from exc
+        held = {row["id"] for row in await self._held_objects(wanted, "id")}
         return [oid for oid in wanted if oid not in held]
 
     async def put_objects(self, objects: Mapping[str, bytes]) -> None:
@@ -119,19 +108,23 @@ class PostgresExportSink:
     async def get_objects(self, ids: Sequence[str]) -> dict[str, bytes]:
         """The objects of ``ids`` this sink holds (id -> loose object); those it lacks are not in it."""
         wanted = [object_id_checked(oid) for oid in ids]
-        found: dict[str, bytes] = {}
+        return {row["id"]: bytes(row["body"]) for row in await self._held_objects(wanted, "id, body")}
+
+    async def _held_objects(self, ids: list[str], columns: Literal["id", "id, body"]) -> list[Any]:
+        """The rows of ``agent_object`` this sink holds of ``ids`` (checked), with ``columns``;
+        one query a few thousand ids."""
+        rows: list[Any] = []
         try:
             pool = await self.db.pool()
-            for start in range(0, len(wanted), _ID_BATCH):
-                rows = await pool.fetch(
-                    "SELECT id, body FROM agent_object WHERE sink = $1 AND id = ANY($2::text[])",
+            for start in range(0, len(ids), _ID_BATCH):
+                rows += await pool.fetch(
+                    f"SELECT {columns} FROM agent_object WHERE sink = $1 AND id = ANY($2::text[])",
                     self.name,
-                    wanted[start : start + _ID_BATCH],
+                    ids[start : start + _ID_BATCH],
                 )
-                found.update((row["id"], bytes(row["body"])) for row in rows)
         except Exception as exc:
             raise self._sink_error(exc) from exc
-        return found
+        return rows
 
     async def deliver(self, export: SessionCheckpointExportV1) -> None:
         d = export.descriptor

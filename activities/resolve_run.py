@@ -86,26 +86,17 @@ def within_catalog_budget(
     return [o for o in offers if o.definition.name not in gone], left_out
 
 
+@dataclasses.dataclass(eq=False)
 class RunPlanner:
     """Resolves a run's input against the config, the providers, tools and sinks of this worker."""
 
-    def __init__(
-        self,
-        config: AgentConfig,
-        providers: Mapping[str, ModelProvider],
-        tools: Mapping[str, Tool],
-        sinks: Mapping[str, ExportSink],
-        mcp: McpCatalog | None = None,
-        *,
-        workspace_trees: WorkspaceTrees | None = None,
-    ) -> None:
-        self.config = config
-        self.providers = providers
-        self.tools = tools
-        self.sinks = sinks
-        self.mcp = mcp
-        # compares a resumed run's workspace with its checkpoint's tree (None: no check)
-        self.workspace_trees = workspace_trees
+    config: AgentConfig
+    providers: Mapping[str, ModelProvider]
+    tools: Mapping[str, Tool]
+    sinks: Mapping[str, ExportSink]
+    mcp: McpCatalog | None = None
+    # compares a resumed run's workspace with its checkpoint's tree (None: no check)
+    workspace_trees: WorkspaceTrees | None = dataclasses.field(default=None, kw_only=True)
 
     @activity.defn(name=RESOLVE_RUN.name)
     async def resolve_run(self, inp: ResolveInput) -> RunPlan:

@@ -23,15 +23,9 @@ from durable_agent.activities.providers.http_errors import Failures
 from durable_agent.activities.providers.model_provider import TextSink
 from durable_agent.activities.providers.openai import request_body
 from durable_agent.config import OpenAIProviderConfig
+from durable_agent.core import models
 from durable_agent.core.activity_api import ModelCallInput
-from durable_agent.core.models import (
-    Message,
-    ModelResponse,
-    TextBlock,
-    TokenUsage,
-    ToolResultBlock,
-    ToolUseBlock,
-)
+from durable_agent.core.models import Message, ModelResponse, TextBlock, ToolResultBlock, ToolUseBlock
 from tests.wire_servers import OpenAIWire
 
 ANSWER_TOKENS = 20  # what each answer is said to cost
@@ -84,7 +78,7 @@ class ReaderModel:
             )
         self.tally.requests.append(prompt)
         self.tally.asked.append(prompt + room)
-        usage = TokenUsage(
+        usage = models.TokenUsage(
             prompt_tokens=prompt, completion_tokens=ANSWER_TOKENS, total_tokens=prompt + ANSWER_TOKENS
         )
         if not call.tools:

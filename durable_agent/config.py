@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from durable_agent.core.errors import DurableAgentError, validation_problems
 from durable_agent.core.hooks import HooksConfig
+from durable_agent.core.models import QualifiedModel
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import Limits, Timeouts
 from durable_agent.core.subagents import DEFAULT_ANSWER_CHARS, AgentType
@@ -30,6 +31,22 @@ class ConfigError(DurableAgentError, ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Rewritten(_Strict):
+    """A ``_Strict`` model whose table is rewritten (``_rewrite``) before it is validated: keys
+    written where TOML reads them most easily, moved to where the model keeps them."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rewritten(cls, data: Any) -> Any:
+        # only a table as TOML gives it; a model instance (a default) is validated as it is
+        return cls._rewrite(dict(data)) if isinstance(data, dict) else data
+
+    @classmethod
+    def _rewrite(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """The table ``data`` (a copy: change it freely) as the model's fields take it."""
+        return data
 
 
 # A price in USD per million tokens (a provider's or a model's); unset: not priced here.
@@ -377,7 +394,7 @@ class ContextConfig(_Strict):
     compact_at: float = Field(0.9, gt=0, le=1)
     compact_to: float = Field(0.4, gt=0, lt=1)
     keep_recent: int = Field(4, ge=0)
-    compaction_model: str | None = None
+    compaction_model: QualifiedModel | None = None
 
     @model_validator(mode="after")
     def _down_from_above(self) -> ContextConfig:
@@ -387,15 +404,6 @@ class ContextConfig(_Strict):
                 "compaction brings the request down from compact_at to compact_to"
             )
         return self
-
-    @field_validator("compaction_model")
-    @classmethod
-    def _provider_slash_model(cls, value: str | None) -> str | None:
-        if value is not None:
-            provider, _, name = value.partition("/")
-            if not provider or not name:
-                raise ValueError(f'compaction_model must look like "provider/model", got {value!r}')
-        return value
 
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -554,7 +562,7 @@ class ToolsConfig(_Strict):
         return self.parallel_calls and (read_only or name in self.parallel)
 
 
-class AgentsConfig(_Strict):
+class AgentsConfig(_Rewritten):
     """Subagents (docs/subagents.md): the `task` tool, which starts a child run whose answer is
     the call's result. `[agents.NAME]` tables define kinds of subagent the model may choose."""
 
@@ -572,13 +580,9 @@ class AgentsConfig(_Strict):
         default_factory=dict, json_schema_extra={"tables_here": True}
     )
 
-    @model_validator(mode="before")
     @classmethod
-    def _types_beside_keys(cls, data: Any) -> Any:
+    def _rewrite(cls, data: dict[str, Any]) -> dict[str, Any]:
         """``[agents.NAME]`` tables are agent types: they go into ``types``."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
         types = dict(data.pop("types", None) or {})
         for name in [k for k, v in data.items() if isinstance(v, dict) and k not in cls.model_fields]:
             types[name] = data.pop(name)
@@ -586,7 +590,7 @@ class AgentsConfig(_Strict):
         return data
 
 
-class AgentConfig(_Strict):
+class AgentConfig(_Rewritten):
     """The worker's config: the TOML file ``AGENT_CONFIG`` names, as ``load_config`` reads it.
     Unknown keys are refused."""
 
@@ -625,13 +629,9 @@ class AgentConfig(_Strict):
     # Subagents: the `task` tool and the kinds of subagent, `[agents.NAME]` (docs/subagents.md).
     agents: AgentsConfig = AgentsConfig()
 
-    @model_validator(mode="before")
     @classmethod
-    def _filesystem_by_default(cls, data: Any) -> Any:
+    def _rewrite(cls, data: dict[str, Any]) -> dict[str, Any]:
         """A ``[store]`` or ``[sinks.NAME]`` without ``kind`` is a filesystem one, as before kinds."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
         if isinstance(data.get("store"), dict) and "kind" not in data["store"]:
             data["store"] = {**data["store"], "kind": "filesystem"}
         if isinstance(data.get("sinks"), dict):

@@ -27,13 +27,13 @@ from durable_agent.activities.providers.anthropic_wire import (
 )
 from durable_agent.config import AnthropicProviderConfig, parse_config
 from durable_agent.core.activity_api import ModelCallInput
+from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.core.models import (
     ImageBlock,
     Message,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
-    ToolDefinition,
     ToolResultBlock,
     ToolUseBlock,
 )
@@ -52,18 +52,13 @@ def key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, "sk-ant-reasoning-test")
 
 
-def tool(name: str) -> ToolDefinition:
-    schema = {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}
-    return ToolDefinition(name=name, description=f"The {name} tool.", input_schema=schema)
-
-
 def call_input(*messages: Message, system: str = "Be brief.") -> ModelCallInput:
     return ModelCallInput(
         run_id="run-1",
         model=f"p/{MODEL}",
         system_prompt=system,
         messages=messages,
-        tools=(tool("read"), tool("grep")),
+        tools=tuple(BUILTIN_TOOLS[name].offer().definition for name in ("read", "grep")),
     )
 
 

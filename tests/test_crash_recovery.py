@@ -194,11 +194,12 @@ async def pending_activity(handle: WorkflowHandle[Any, Any], activity_type: str)
 async def check_recovered_run(
     handle: WorkflowHandle[Any, AgentRunResult],
     sink_root: Path,
-    killed_pid: int,
-    second_pid: int,
+    pids: tuple[int, int],
     *,
     both_in_history: bool = True,
 ) -> AgentRunResult:
+    """The run completed after its worker was killed, its exports whole and one per turn; with
+    ``both_in_history``, both workers (``pids``: the killed one's, the second's) took part in it."""
     waited = time.monotonic()
     result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
     print(f"run finished {time.monotonic() - waited:.1f} s after the second worker started")
@@ -236,7 +237,7 @@ async def check_recovered_run(
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             identities.add(event.workflow_task_completed_event_attributes.identity.split("@")[0])
-    assert {str(killed_pid), str(second_pid)} <= identities, identities
+    assert {str(pid) for pid in pids} <= identities, identities
     return result
 
 
@@ -272,7 +273,7 @@ async def test_kill_9_after_two_exports_second_worker_finishes(client: Client, t
         procs.kill(first)
         assert len(export_files(sink_root)) < N_CALLS, "the run finished before the kill: no crash tested"
         second = procs.start()
-        await check_recovered_run(handle, sink_root, first.pid, second.pid)
+        await check_recovered_run(handle, sink_root, (first.pid, second.pid))
 
 
 async def test_kill_9_while_model_call_in_flight(client: Client, tmp_path: Path) -> None:
@@ -291,7 +292,7 @@ async def test_kill_9_while_model_call_in_flight(client: Client, tmp_path: Path)
         await until_alive("the 3rd model call to start", third_model_call_running, 45, procs)
         procs.kill(first)
         second = procs.start()
-        await check_recovered_run(handle, sink_root, first.pid, second.pid)
+        await check_recovered_run(handle, sink_root, (first.pid, second.pid))
     model_attempts = await retried_attempts(handle, MODEL_CALL.name)
     assert model_attempts[2] >= 2, model_attempts  # the 3rd model call ran again after the kill
     assert all(a == 1 for i, a in enumerate(model_attempts) if i != 2), model_attempts
@@ -322,7 +323,7 @@ async def test_kill_9_while_tool_call_in_flight(client: Client, tmp_path: Path) 
         second = procs.start()
         await until_alive("the 3rd tool call to be retried", lambda: tool_attempt_running(2), 45, procs)
         (workspace / "go").touch()
-        await check_recovered_run(handle, sink_root, first.pid, second.pid)
+        await check_recovered_run(handle, sink_root, (first.pid, second.pid))
     tool_attempts = await retried_attempts(handle, TOOL_CALL.name)
     assert tool_attempts[2] >= 2 and tool_attempts.count(1) == N_CALLS - 1, tool_attempts
 
@@ -343,6 +344,6 @@ async def test_kill_9_as_the_run_continues_as_new(client: Client, tmp_path: Path
         procs.kill(first)  # the new execution's first workflow task is in flight, or only just done
         assert len(export_files(sink_root)) < N_CALLS, "the run finished before the kill: no crash tested"
         second = procs.start()
-        result = await check_recovered_run(handle, sink_root, first.pid, second.pid, both_in_history=False)
+        result = await check_recovered_run(handle, sink_root, (first.pid, second.pid), both_in_history=False)
     assert (await handle.describe()).run_id != handle.first_execution_run_id
     assert result.run_id == handle.first_execution_run_id  # one run, whatever its executions

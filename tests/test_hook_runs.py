@@ -328,7 +328,7 @@ command = "while [ ! -e go ]; do sleep 0.05; done"
         second = procs.start()
         await until_alive("the hook to be retried", lambda: hook_attempt_running(2), 45, procs)
         (workspace / "go").touch()
-        await check_recovered_run(handle, sink_root, first.pid, second.pid)
+        await check_recovered_run(handle, sink_root, (first.pid, second.pid))
     assert (await retried_attempts(handle, HOOK.name))[0] >= 2
 
 

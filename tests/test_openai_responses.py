@@ -26,12 +26,11 @@ from durable_agent.core.models import (
     Message,
     TextBlock,
     ThinkingBlock,
-    ToolDefinition,
     ToolResultBlock,
     ToolUseBlock,
 )
 from tests.helpers import final, running_worker, scripted_config, start, workspace_with
-from tests.test_http_providers import KEY_ENV, loopback_only  # noqa: F401  (the guard is autouse)
+from tests.test_http_providers import KEY_ENV, READ_TOOL, loopback_only  # noqa: F401  (the guard is autouse)
 from tests.wire_responses import ResponsesModel, Step, error_reply, provider_entry
 from tests.wire_servers import Call, Reply, WireServer, sse
 
@@ -39,15 +38,6 @@ MODEL = "gpt-test"
 SECRET = "sk-responses-test-never-in-history"
 WIRE = "openai-responses"
 
-READ_TOOL = ToolDefinition(
-    name="read",
-    description="Read a file.",
-    input_schema={
-        "type": "object",
-        "properties": {"file_path": {"type": "string"}},
-        "required": ["file_path"],
-    },
-)
 PNG = ImageBlock(media_type="image/png", data="iVBORw0KGgo=", digest="sha256:png", size=8)
 
 

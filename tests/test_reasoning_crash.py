@@ -183,7 +183,7 @@ async def crash_mid_run(client: Client, tmp: Path, config: Path, server: WireSer
         before = len(server.requests)
         assert len(export_files(sink_root)) < N_CALLS, "the run finished before the kill: no crash tested"
         second = procs.start()
-        result = await check_recovered_run(handle, sink_root, first.pid, second.pid)
+        result = await check_recovered_run(handle, sink_root, (first.pid, second.pid))
     assert len(server.requests) > before, "the second worker asked the model nothing"
     # the call cut short by the kill was made again, by the second worker
     assert max(await retried_attempts(handle, MODEL_CALL.name)) >= 2

@@ -13,20 +13,14 @@ from temporalio.testing import ActivityEnvironment
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.store import FilesystemSessionStore, MemorySessionStore
 from durable_agent.activities.store.run_log_cache import RunLogCache
+from durable_agent.core import models
 from durable_agent.core.activity_api import OpenRunInput, SaveCheckpointInput
 from durable_agent.core.canonical import canonical_bytes, digest_of
 from durable_agent.core.events import ErrorEvent, TextDeltaEvent, ToolStartEvent
 from durable_agent.core.export import RunRecord
 from durable_agent.core.journal import CARRIED_EVENTS
 from durable_agent.core.loop import LoopState
-from durable_agent.core.models import (
-    Message,
-    ModelResponse,
-    TextBlock,
-    TokenUsage,
-    ToolResultBlock,
-    ToolUseBlock,
-)
+from durable_agent.core.models import Message, ModelResponse, TextBlock, ToolResultBlock, ToolUseBlock
 from durable_agent.core.run_api import CarriedState
 from durable_agent.core.run_log import (
     GENESIS,
@@ -51,6 +45,7 @@ UNKNOWN = "sha256:" + "d" * 64
 CALL_A = ToolUseBlock(id="a", name="read", input={"file_path": "x"})
 CALL_B = ToolUseBlock(id="b", name="ls", input={})
 STEP = Message(role="assistant", content=(TextBlock(text="look"), CALL_A, CALL_B))
+STEP_USAGE = models.TokenUsage(total_tokens=5)  # what the provider reports for STEP
 FINAL = Message(role="assistant", content=(TextBlock(text="done"),))
 
 
@@ -98,7 +93,7 @@ def step_with_first_result() -> LoopState:
     """A run whose model asked for calls a and b; a's result is in the journal, b is still due."""
     state = LoopState(plan(), now_ms=1_000)
     state.journal.take_entry()
-    calls = state.add_model_response(ModelResponse(message=STEP, usage=TokenUsage(total_tokens=5)), 2_000)
+    calls = state.add_model_response(ModelResponse(message=STEP, usage=STEP_USAGE), 2_000)
     assert calls == [CALL_A, CALL_B]
     state.add_tool_result(CALL_A, "out-a", False, 3_000)
     state.journal.take_entry()
@@ -344,7 +339,7 @@ def test_continue_as_new_between_two_calls_keeps_counters_events_and_the_open_st
     assert carried.messages == () and carried.log == state.journal.head
     wire = carried.model_dump(mode="json", exclude_none=True)  # as continue_as_new sends it
     restored = LoopState.restore(CarriedState.model_validate(wire))
-    assert (restored.turn, restored.tool_rounds, restored.usage) == (1, 1, TokenUsage(total_tokens=5))
+    assert (restored.turn, restored.tool_rounds, restored.usage) == (1, 1, STEP_USAGE)
     assert (
         restored.journal.event_count == state.journal.event_count
         and restored.journal.events == state.journal.events

@@ -263,7 +263,7 @@ class AgentRun:
         resumed = run_input.resume_from or run_input.resume_from_file
         first_prompt = run_input.continued is None and not resumed
         try:
-            if first_prompt:
+            if first_prompt and not state.plan.hooks.empty:
                 await self._hooks.first_prompt(state)
             await self._loop(state)
         except RunCancelled:
@@ -276,7 +276,8 @@ class AgentRun:
             final, error = "failed", str(exc)
         except BudgetStop as exc:
             final, error = "budget_exhausted", str(exc)
-        await self._hooks.stopped(state, final)
+        if not state.plan.hooks.empty:
+            await self._hooks.stopped(state, final)
         self._ended, self._awaiting_prompt = True, False
         if undelivered := state.queued_count():
             # accepted, then the run ended before the model's next request: the record says so
@@ -350,13 +351,16 @@ class AgentRun:
                 raise RunFailed(message)
             if not await self._await_prompt(state):
                 return False
-        while not await self._hooks.take_queued(state):
-            # hooks refused what waited, and the model has nothing new to answer: wait again
+        while True:
+            # the user messages waiting join the conversation, except those a hook refused
+            refused = [] if state.plan.hooks.empty else await self._hooks.screen_queued(state)
+            state.take_queued(now_ms(), refused)
             self._admission.taken()
+            if not refused or not state.ends_with_answer():
+                return True
+            # hooks refused what waited, and the model has nothing new to answer: wait again
             if not self._follow_ups or not await self._await_prompt(state):
                 return False
-        self._admission.taken()
-        return True
 
     async def _await_prompt(self, state: LoopState) -> bool:
         """Wait, durably, for the next prompt; ``False`` when ``end`` or the idle timeout closes

@@ -10,13 +10,14 @@ outcomes mean for the run:
 - ``post_tool_use``: a block's reason is added to the result the model sees (``after_tool``);
 - ``user_prompt_submit``: a block refuses the prompt. The run's first prompt refused ends the
   run failed (``first_prompt``); a follow-up, a steer or a resumed run's prompt refused is
-  dropped, and a conversation with nothing new for the model waits for its next prompt again
-  (``take_queued``);
+  dropped (``screen_queued`` names them; the loop takes the others), and a conversation with
+  nothing new for the model waits for its next prompt again;
 - ``stop``: recorded only, however the run ended (``stopped``).
 
 A run without hooks (every run recorded before them) schedules nothing here and asks for no
-patch: its history and exports are what they were. A run with hooks asks for the ``run-hooks``
-patch before its first one.
+patch: its history and exports are what they were. The loop (``agent_run.py``) does not call
+in for such a run (``plan.hooks.empty``). A run with hooks asks for the ``run-hooks`` patch
+before its first one.
 """
 
 from __future__ import annotations
@@ -184,16 +185,16 @@ class HookRunner:
             state.journal.emit(ErrorEvent(message=message), now_ms())
             raise RunFailed(message)
 
-    async def take_queued(self, state: LoopState) -> bool:
+    async def screen_queued(self, state: LoopState) -> list[int]:
         """``user_prompt_submit`` for each user message waiting (a follow-up, a steer, a resumed
-        run's prompt), then the messages not refused join the conversation.
+        run's prompt), before they join the conversation.
 
         Args:
             state: The run's state.
 
         Returns:
-            False when hooks refused messages and the model has nothing new to answer (the
-            conversation still ends with its answer); True otherwise.
+            The places in the queue of the messages a hook refused: the loop drops them when it
+            takes the queue (``LoopState.take_queued``).
         """
         refused: list[int] = []
         if hooks_for(state.plan.hooks, "user_prompt_submit"):
@@ -207,8 +208,7 @@ class HookRunner:
                 outcomes = await self.run(state, "user_prompt_submit", prompt=message.text)
                 if block_reason(outcomes) is not None:
                     refused.append(checked - 1)
-        state.take_queued(now_ms(), refused)
-        return not refused or not state.ends_with_answer()
+        return refused
 
     async def stopped(self, state: LoopState, final: FinalStatus) -> None:
         """``stop``, once the run's ending is known and before it is recorded: the hooks' events

@@ -1,15 +1,16 @@
 """The workflow's branch for runs started before linear history: they loaded their
 session's ended runs (``agent.load_session``) instead of opening a log in the store.
-Their histories replay through this branch, which the ``linear-history`` patch guards.
+Their histories replay through this branch, which the ``linear-history`` patch guards:
+``Starter.start`` (``starting.py``) asks ``workflow.patched(PATCH_LINEAR_HISTORY)`` and
+comes here only when the history has no marker: a new run never runs this module's code.
 (The state side, a ``CarriedState`` carried whole, is ``durable_agent.core.legacy_shapes``.)
 
 Delete this module once no run started before linear history can be running or
 replayed (in 0.3: the ledger, ``workflows/patches.py``): when
 ``tests/histories/agent_run_v1.json``, ``agent_run_approval_v1.json`` and
-``agent_run_continued_v1*.json`` are dropped. Then ``starting.py`` calls
-``workflow.deprecate_patch(PATCH_LINEAR_HISTORY)`` where it calls
-``before_linear_history()`` (runs started since hold the patch's marker), and opens
-the log unconditionally.
+``agent_run_continued_v1*.json`` are dropped. Then ``Starter.start`` calls
+``workflow.deprecate_patch(PATCH_LINEAR_HISTORY)`` where it asks ``workflow.patched`` (runs
+started since hold the patch's marker), and opens the log unconditionally.
 """
 
 from __future__ import annotations
@@ -25,12 +26,6 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.plan import RunPlan
 
 from durable_agent.workflows.calls import CallRunner, now_ms
-from durable_agent.workflows.patches import PATCH_LINEAR_HISTORY
-
-
-def before_linear_history() -> bool:
-    """Whether this run started before linear history (a history without the patch's marker)."""
-    return not workflow.patched(PATCH_LINEAR_HISTORY)
 
 
 async def start_from_session(calls: CallRunner, plan: RunPlan, resume: LoopCheckpoint | None) -> LoopState:

@@ -39,8 +39,28 @@ class Patch:
     changes: str  # what runs started since do instead of what runs started before did
     asked: str  # when the workflow asks for it: a history holds its marker only if it got there
     histories: tuple[str, ...]  # the committed histories (``tests/histories/``) that carry its marker
-    old_branch: tuple[str, ...]  # the committed histories that replay only through its old branch
-    deprecate_in: str  # the release whose workflow calls ``deprecate_patch`` and drops the old branch
+    old_branch: tuple[str, ...] = ()  # the committed histories that replay only through its old branch
+    # the release whose workflow calls ``deprecate_patch`` and drops the old branch; unless given, the
+    # second after ``release`` (the module's docstring says why)
+    deprecate_in: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.deprecate_in:
+            major, minor = self.release.split(".")
+            object.__setattr__(self, "deprecate_in", f"{major}.{int(minor) + 2}")
+
+
+def listed(*lines: str) -> tuple[str, ...]:
+    """History file names written several to a line, for a ``histories`` or ``old_branch`` too long
+    for one.
+
+    Args:
+        lines: Names, separated by spaces.
+
+    Returns:
+        The names, in their order.
+    """
+    return tuple(name for line in lines for name in line.split())
 
 
 PATCH_LINEAR_HISTORY = "linear-history"
@@ -53,128 +73,81 @@ PATCH_SHELL_UNSEEN = "shell-judge-unseen"
 HOOKS_PATCH = "run-hooks"
 PARALLEL_CALLS_PATCH = "parallel-tool-calls"
 
+# Each entry: its id, the commit that brought it and its date, its release; the rest by name.
 LEDGER: tuple[Patch, ...] = (
     Patch(
-        id=PATCH_LINEAR_HISTORY,
-        shipped="6864f50 (2026-11-29)",
-        release="0.1",
+        PATCH_LINEAR_HISTORY,
+        "6864f50 (2026-11-29)",
+        "0.1",
         changes=(
             "a new run appends what is new to a log in the session store, opened by agent.open_run; "
             "runs started before load their session's ended runs (agent.load_session) and carry "
             "their conversation whole (workflows/legacy_start.py, durable_agent.core.legacy_shapes)"
         ),
         asked="at a new run's start (Starter.start); not in an execution continued as new",
-        histories=(
-            "agent_run_approval_v2.json",
-            "agent_run_approval_v3.json",
-            "agent_run_approval_v4.json",
-            "agent_run_approval_v5.json",
-            "agent_run_cancel_checkpoint_v7.json",
-            "agent_run_cancelled_v6.json",
-            "agent_run_compacted_v3.json",
-            "agent_run_compacted_v4.json",
-            "agent_run_compacted_v5.json",
-            "agent_run_continued_v2.json",
-            "agent_run_continued_v3.json",
-            "agent_run_continued_v4.json",
-            "agent_run_continued_v5.json",
-            "agent_run_conversation_v3.json",
-            "agent_run_conversation_v4.json",
-            "agent_run_conversation_v5.json",
-            "agent_run_guarded_v2.json",
-            "agent_run_guarded_v4.json",
-            "agent_run_guarded_v5.json",
-            "agent_run_hooks_v8.json",
-            "agent_run_parallel_v8.json",
-            "agent_run_reasoning_v6.json",
-            "agent_run_shell_unseen_v7.json",
-            "agent_run_v2.json",
-            "agent_run_v4.json",
+        histories=listed(
+            "agent_run_approval_v2.json agent_run_approval_v3.json agent_run_approval_v4.json",
+            "agent_run_approval_v5.json agent_run_cancel_checkpoint_v7.json agent_run_cancelled_v6.json",
+            "agent_run_compacted_v3.json agent_run_compacted_v4.json agent_run_compacted_v5.json",
+            "agent_run_continued_v2.json agent_run_continued_v3.json agent_run_continued_v4.json",
+            "agent_run_continued_v5.json agent_run_conversation_v3.json agent_run_conversation_v4.json",
+            "agent_run_conversation_v5.json agent_run_guarded_v2.json agent_run_guarded_v4.json",
+            "agent_run_guarded_v5.json agent_run_hooks_v8.json agent_run_parallel_v8.json",
+            "agent_run_reasoning_v6.json agent_run_shell_unseen_v7.json agent_run_v2.json agent_run_v4.json",
             "agent_run_v5.json",
         ),
         old_branch=("agent_run_approval_v1.json", "agent_run_continued_v1.json", "agent_run_v1.json"),
-        deprecate_in="0.3",
     ),
     Patch(
-        id=ONE_CHECKPOINT_PATCH,
-        shipped="bf7d7a0 (2026-12-01)",
-        release="0.2",
+        ONE_CHECKPOINT_PATCH,
+        "bf7d7a0 (2026-12-01)",
+        "0.2",
         changes=(
             "a tool boundary is one local activity, agent.checkpoint (one workflow task); before, "
             "agent.save_checkpoint then agent.export_checkpoint (three)"
         ),
         asked="at every tool boundary (LogKeeper.boundary)",
-        histories=(
-            "agent_run_approval_v4.json",
-            "agent_run_approval_v5.json",
-            "agent_run_cancel_checkpoint_v7.json",
-            "agent_run_cancelled_v6.json",
-            "agent_run_compacted_v4.json",
-            "agent_run_compacted_v5.json",
-            "agent_run_continued_v4-last.json",
-            "agent_run_continued_v4.json",
-            "agent_run_continued_v5-last.json",
-            "agent_run_continued_v5.json",
-            "agent_run_conversation_v4.json",
-            "agent_run_conversation_v5.json",
-            "agent_run_guarded_v4.json",
-            "agent_run_guarded_v5.json",
-            "agent_run_hooks_v8.json",
-            "agent_run_parallel_v8.json",
-            "agent_run_reasoning_v6.json",
-            "agent_run_shell_unseen_v7.json",
-            "agent_run_v4.json",
-            "agent_run_v5.json",
+        histories=listed(
+            "agent_run_approval_v4.json agent_run_approval_v5.json agent_run_cancel_checkpoint_v7.json",
+            "agent_run_cancelled_v6.json agent_run_compacted_v4.json agent_run_compacted_v5.json",
+            "agent_run_continued_v4-last.json agent_run_continued_v4.json agent_run_continued_v5-last.json",
+            "agent_run_continued_v5.json agent_run_conversation_v4.json agent_run_conversation_v5.json",
+            "agent_run_guarded_v4.json agent_run_guarded_v5.json agent_run_hooks_v8.json",
+            "agent_run_parallel_v8.json agent_run_reasoning_v6.json agent_run_shell_unseen_v7.json",
+            "agent_run_v4.json agent_run_v5.json",
         ),
-        old_branch=(
-            "agent_run_approval_v1.json",
-            "agent_run_approval_v2.json",
-            "agent_run_approval_v3.json",
-            "agent_run_compacted_v3.json",
-            "agent_run_continued_v1-last.json",
-            "agent_run_continued_v1.json",
-            "agent_run_continued_v2-last.json",
-            "agent_run_continued_v2.json",
-            "agent_run_continued_v3-last.json",
-            "agent_run_continued_v3.json",
-            "agent_run_conversation_v3.json",
-            "agent_run_guarded_v2.json",
-            "agent_run_v1.json",
-            "agent_run_v2.json",
+        old_branch=listed(
+            "agent_run_approval_v1.json agent_run_approval_v2.json agent_run_approval_v3.json",
+            "agent_run_compacted_v3.json agent_run_continued_v1-last.json agent_run_continued_v1.json",
+            "agent_run_continued_v2-last.json agent_run_continued_v2.json agent_run_continued_v3-last.json",
+            "agent_run_continued_v3.json agent_run_conversation_v3.json agent_run_guarded_v2.json",
+            "agent_run_v1.json agent_run_v2.json",
         ),
-        deprecate_in="0.4",
     ),
     Patch(
-        id=SAME_BYTES_PATCH,
-        shipped="c710968 (2026-12-01)",
-        release="0.2",
+        SAME_BYTES_PATCH,
+        "c710968 (2026-12-01)",
+        "0.2",
         changes=(
             "a boundary whose time the history does not fix (a call that never ran: denied, unknown, "
             "refused after a wait) is checkpointed by agent.checkpoint as an ordinary activity, its "
             "input recorded; before, as a local one"
         ),
         asked=f"at a boundary without a tool activity's time, under {ONE_CHECKPOINT_PATCH}",
-        histories=(
-            "agent_run_approval_v5.json",
-            "agent_run_guarded_v5.json",
-            "agent_run_shell_unseen_v7.json",
+        histories=listed(
+            "agent_run_approval_v5.json agent_run_guarded_v5.json agent_run_shell_unseen_v7.json",
             "agent_run_v5.json",
         ),
-        old_branch=(
-            "agent_run_approval_v4.json",
-            "agent_run_compacted_v4.json",
-            "agent_run_continued_v4-last.json",
-            "agent_run_continued_v4.json",
-            "agent_run_conversation_v4.json",
-            "agent_run_guarded_v4.json",
+        old_branch=listed(
+            "agent_run_approval_v4.json agent_run_compacted_v4.json agent_run_continued_v4-last.json",
+            "agent_run_continued_v4.json agent_run_conversation_v4.json agent_run_guarded_v4.json",
             "agent_run_v4.json",
         ),
-        deprecate_in="0.4",
     ),
     Patch(
-        id=PATCH_CANCELED_STATE,
-        shipped="e35ed77 (2026-12-01)",
-        release="0.2",
+        PATCH_CANCELED_STATE,
+        "e35ed77 (2026-12-01)",
+        "0.2",
         changes=(
             "a cancelled run closes in Temporal's Canceled state, asking for its own cancel request "
             "(agent.request_cancel) when only the cancel signal stopped it; before, it completed, "
@@ -182,72 +155,59 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked="when a cancelled run closes (Ending.close)",
         histories=("agent_run_cancel_checkpoint_v7.json", "agent_run_cancelled_v6.json"),
-        old_branch=(),
-        deprecate_in="0.4",
     ),
     Patch(
-        id=CHECKPOINT_COMPLETES_PATCH,
-        shipped="baa8ce8 (2026-12-01)",
-        release="0.2",
+        CHECKPOINT_COMPLETES_PATCH,
+        "baa8ce8 (2026-12-01)",
+        "0.2",
         changes=(
             "a cancel during a boundary's checkpoint lets it finish, its export acknowledged, before "
             "the run stops; before, it cancelled the checkpoint. Replay cannot tell the two apart "
             "(a local activity's result comes from its marker)"
         ),
         asked=f"at every boundary checkpointed by agent.checkpoint, under {ONE_CHECKPOINT_PATCH}",
-        histories=(
-            "agent_run_cancel_checkpoint_v7.json",
-            "agent_run_hooks_v8.json",
-            "agent_run_parallel_v8.json",
-            "agent_run_reasoning_v6.json",
-            "agent_run_shell_unseen_v7.json",
+        histories=listed(
+            "agent_run_cancel_checkpoint_v7.json agent_run_hooks_v8.json agent_run_parallel_v8.json",
+            "agent_run_reasoning_v6.json agent_run_shell_unseen_v7.json",
         ),
-        old_branch=(),
-        deprecate_in="0.4",
     ),
     Patch(
-        id=BOUNDED_PROMPT_PATCH,
-        shipped="07142ac (2026-12-01)",
-        release="0.2",
+        BOUNDED_PROMPT_PATCH,
+        "07142ac (2026-12-01)",
+        "0.2",
         changes=(
             "a new run refuses a prompt over [limits] max_message_bytes (InputTooLarge); before, it "
             "went on with it"
         ),
         asked="only when a new run's prompt is over the limit",
         histories=("agent_run_bounded_prompt_v7.json",),
-        old_branch=(),
-        deprecate_in="0.4",
     ),
     Patch(
-        id=PATCH_SHELL_UNSEEN,
-        shipped="07142ac (2026-12-01)",
-        release="0.2",
+        PATCH_SHELL_UNSEEN,
+        "07142ac (2026-12-01)",
+        "0.2",
         changes=(
             "a bash line is judged by the fail-closed rules (a line that hides what it runs, a script "
             "fed to a shell, variables after a :* rule); before, by the rules before them"
         ),
         asked="only when the two judges decide a call differently (workflows/shell_gate.py)",
         histories=("agent_run_shell_unseen_v7.json",),
-        old_branch=(),
-        deprecate_in="0.4",
     ),
     Patch(
-        id=HOOKS_PATCH,
-        shipped="3ee88e1 (2026-12-01)",
-        release="0.2",
+        HOOKS_PATCH,
+        "3ee88e1 (2026-12-01)",
+        "0.2",
         changes=(
             "a run whose plan has [hooks] runs them as agent.hook activities (before and after tool "
             "calls, on its prompts, at its end); runs before had no hooks"
         ),
         asked="only by a run whose plan has hooks, before its first hook (workflows/hook_runner.py)",
         histories=("agent_run_hooks_v8.json",),
-        old_branch=(),
-        deprecate_in="0.4",
     ),
     Patch(
-        id=PARALLEL_CALLS_PATCH,
-        shipped="3ee88e1 (2026-12-01)",
-        release="0.2",
+        PARALLEL_CALLS_PATCH,
+        "3ee88e1 (2026-12-01)",
+        "0.2",
         changes=(
             "the calls of one answer to tools whose offer says parallel (read-only tools, [tools] "
             "parallel) run together, their tool activities scheduled at once, each boundary then "
@@ -260,7 +220,5 @@ LEDGER: tuple[Patch, ...] = (
             "send to a person, all with different ids (workflows/call_batch.py)"
         ),
         histories=("agent_run_parallel_v8.json",),
-        old_branch=(),
-        deprecate_in="0.4",
     ),
 )

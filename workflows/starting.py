@@ -49,7 +49,7 @@ from durable_agent.workflows.admission import json_size
 from durable_agent.workflows.calls import CallRunner, Cancellation, RunFailed, now_ms
 from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.log_keeper import LogKeeper
-from durable_agent.workflows.patches import BOUNDED_PROMPT_PATCH
+from durable_agent.workflows.patches import BOUNDED_PROMPT_PATCH, PATCH_LINEAR_HISTORY
 
 # Before the plan exists the worker's timeouts are not known: the activities that make it
 # (resolve, read an export file) have fixed options, whatever timeouts they are given.
@@ -138,7 +138,8 @@ class Starter:
                     INPUT_TOO_LARGE,
                 )
         logical = resume.logical_resume if resume is not None else None
-        if legacy_start.before_linear_history():
+        # a run started before linear history (no marker in its history): ``legacy_start.py``
+        if not workflow.patched(PATCH_LINEAR_HISTORY):
             state = await legacy_start.start_from_session(self._calls, plan, logical)
             self._attach(state)
             return state

@@ -25,6 +25,7 @@ import shutil
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
@@ -59,6 +60,7 @@ def executable(command: str) -> str:
     return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else command
 
 
+@dataclass(eq=False, repr=False)  # no repr: ``env`` and ``headers`` hold secrets
 class McpSession:
     """A task that connects to one server and keeps the connection until ``close`` or its end.
 
@@ -66,21 +68,16 @@ class McpSession:
     why the session failed or ended by itself; ``on_problem`` is told each time it changes.
     """
 
-    def __init__(
-        self,
-        name: str,
-        config: McpServerConfig,
-        env: dict[str, str],
-        headers: dict[str, str],
-        redact: Redact,
-        on_problem: Callable[[McpSession, str], None],
-    ) -> None:
-        self.name = name
-        self._config = config
-        self._env = env
-        self._headers = headers
-        self._redact = redact
-        self._on_problem = on_problem
+    name: str
+    config: McpServerConfig
+    # ``config``'s ``env`` (a stdio server's) and ``headers`` (an HTTP one's), their values read
+    # from the worker's environment
+    env: dict[str, str]
+    headers: dict[str, str]
+    redact: Redact
+    on_problem: Callable[[McpSession, str], None]
+
+    def __post_init__(self) -> None:
         self.problem: str | None = None
         self._stop = anyio.Event()
         self._closing = False  # ``close`` was called
@@ -92,7 +89,7 @@ class McpSession:
         self._ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
         # a failure nobody waits for is not an "exception was never retrieved"
         self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._task = asyncio.create_task(self._run(), name=f"mcp session {name}")
+        self._task = asyncio.create_task(self._run(), name=f"mcp session {self.name}")
 
     @property
     def usable(self) -> bool:
@@ -128,16 +125,16 @@ class McpSession:
         await asyncio.wait([self._task], timeout=wait)
 
     def _set_problem(self, why: str) -> None:
-        self.problem = self._redact(why)
-        self._on_problem(self, self.problem)
+        self.problem = self.redact(why)
+        self.on_problem(self, self.problem)
 
     async def _run(self) -> None:
-        stderr = StderrLog(self.name, self._redact) if self._config.command is not None else None
+        stderr = StderrLog(self.name, self.redact) if self.config.command is not None else None
         failure: str | None = None
         try:
             if stderr is not None:
                 await stderr.start()
-            deadline = anyio.current_time() + self._config.connect_timeout_seconds
+            deadline = anyio.current_time() + self.config.connect_timeout_seconds
             with anyio.CancelScope(deadline=deadline) as scope:
                 self._connect_scope = scope
                 async with AsyncExitStack() as stack:
@@ -156,7 +153,7 @@ class McpSession:
                     self._ready.set_result(client)
                     await self._stop.wait()
             if not self._ready.done() and not self._closing:
-                failure = f"no answer within {self._config.connect_timeout_seconds:g} s"
+                failure = f"no answer within {self.config.connect_timeout_seconds:g} s"
         except Exception as exc:
             failure = self._describe(exc)
         finally:
@@ -167,20 +164,20 @@ class McpSession:
             if failure is not None and stderr is not None and stderr.tail:
                 failure = f"{failure}; its stderr ended with: {' | '.join(stderr.tail)}"
             if not self._ready.done():
-                self.problem = self._redact(failure or "closed before it connected")
+                self.problem = self.redact(failure or "closed before it connected")
                 self._ready.set_exception(ConnectFailed(self.problem))
             elif failure is not None and not self._closing:
                 self._set_problem(failure)
 
     def _ended(self) -> None:
         """The server's message stream ended: the connection is gone."""
-        what = "the server process ended" if self._config.command else "the server ended the stream"
+        what = "the server process ended" if self.config.command else "the server ended the stream"
         self.lost(f"connection lost: {what}")
 
     async def _transport(
         self, stack: AsyncExitStack, stderr: StderrLog | None
     ) -> AbstractAsyncContextManager[tuple[Any, Any]]:
-        config = self._config
+        config = self.config
         if config.command is not None:
             assert stderr is not None and stderr.writer is not None
             params = StdioServerParameters(
@@ -188,7 +185,7 @@ class McpSession:
                 args=list(config.args),
                 # the SDK adds these to its get_default_environment() (PATH, HOME, USER, ...),
                 # never the worker's whole environment, which holds its API keys
-                env=self._env,
+                env=self.env,
                 cwd=config.cwd,
             )
             return stdio_client(params, errlog=stderr.writer)
@@ -200,7 +197,7 @@ class McpSession:
             config.timeout_seconds + config.connect_timeout_seconds, connect=config.connect_timeout_seconds
         )
         http = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=self._headers, timeout=timeout, event_hooks={"response": [self._seen]})
+            httpx2.AsyncClient(headers=self.headers, timeout=timeout, event_hooks={"response": [self._seen]})
         )
         return streamable_http_client(config.url, http_client=http)
 
@@ -214,8 +211,8 @@ class McpSession:
         """Why the session failed, in one line, from the SDK's or the transport's exception."""
         leaf = _first_leaf(exc)
         connected = self._ready.done()
-        if isinstance(leaf, OSError) and not connected and self._config.command is not None:
-            return f"could not start {self._config.command!r}: {leaf.strerror or leaf}"
+        if isinstance(leaf, OSError) and not connected and self.config.command is not None:
+            return f"could not start {self.config.command!r}: {leaf.strerror or leaf}"
         if isinstance(leaf, MCPError):
             if not connected and leaf.code == types.CONNECTION_CLOSED:
                 return "the server closed the connection while starting"

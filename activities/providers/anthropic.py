@@ -18,7 +18,14 @@ from __future__ import annotations
 from typing import Any
 
 from durable_agent.activities.providers.anthropic_wire import request_body
-from durable_agent.activities.providers.http import HttpProvider, StreamReader, Wire, checked_key
+from durable_agent.activities.providers.http import (
+    HttpProvider,
+    StreamReader,
+    TypedEvent,
+    Wire,
+    checked_key,
+    nested,
+)
 from durable_agent.activities.providers.http_errors import Failures
 from durable_agent.activities.providers.model_provider import TextSink, assistant_step, read_credential
 from durable_agent.config import AnthropicProviderConfig
@@ -59,29 +66,42 @@ class _Usage(Wire):
     cache_creation_input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
 
+    def token_usage(self) -> TokenUsage:
+        """The project's counts: ``input_tokens`` with the cache's reads and writes added."""
+        cache_read = self.cache_read_input_tokens or 0
+        cache_write = self.cache_creation_input_tokens or 0
+        prompt = (self.input_tokens or 0) + cache_read + cache_write
+        completion = self.output_tokens or 0
+        return TokenUsage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            cache_read_tokens=cache_read,
+            cache_write_tokens=cache_write,
+        )
 
-class _MessageStart(Wire):
-    usage: _Usage | None = None
 
+class _Pieces(Wire):
+    """A block's texts as a stream carries them: the first pieces in its start, one more in a delta."""
 
-class _ContentBlock(Wire):
-    type: str
     text: str | None = None
+    thinking: str | None = None
+    signature: str | None = None
+
+
+class _ContentBlock(_Pieces):
+    type: str
+    data: str | None = None  # a redacted_thinking block's
+    # a tool_use block's
     id: str | None = None
     name: str | None = None
     input: dict[str, Any] | None = None
-    thinking: str | None = None
-    signature: str | None = None
-    data: str | None = None  # a redacted_thinking block's
 
 
-class _Delta(Wire):
+class _Delta(_Pieces):
     type: str | None = None
-    text: str | None = None
     partial_json: str | None = None
-    thinking: str | None = None
-    signature: str | None = None
-    stop_reason: str | None = None
+    stop_reason: str | None = None  # a message_delta's
 
 
 class _Error(Wire):
@@ -89,13 +109,14 @@ class _Error(Wire):
     message: str = ""
 
 
-class _Event(Wire):
-    type: str
+class _Event(TypedEvent):
+    # content_block_start and content_block_delta: which block, and its start or its piece
     index: int | None = None
-    message: _MessageStart | None = None
     content_block: _ContentBlock | None = None
     delta: _Delta | None = None
+    # the usage so far: at the top in message_delta, under ``message`` in message_start
     usage: _Usage | None = None
+    message_usage: _Usage | None = nested("message", "usage")
     error: _Error | None = None
 
 
@@ -137,14 +158,14 @@ class StreamState(StreamReader):
             error = event.error or _Error()
             status = _ERROR_TYPE_STATUS.get(error.type)
             raise self.failures.in_stream(f"{error.type}: {error.message}", status, error=error.model_dump())
-        if event.type == "message_start" and event.message and event.message.usage:
-            self.usage = event.message.usage
+        if event.type == "message_start" and event.message_usage:
+            self.usage = event.message_usage
         elif event.type == "content_block_start" and event.content_block is not None:
-            block = self.blocks[self._index(event)] = _Block(event.content_block)
+            block = self.blocks[self.carried(event.index, event, "index")] = _Block(event.content_block)
             if block.type == "text" and block.text:
                 on_text(block.text[0])
         elif event.type == "content_block_delta" and event.delta is not None:
-            current = self.blocks.get(self._index(event))
+            current = self.blocks.get(self.carried(event.index, event, "index"))
             if current is None:
                 raise self.failures.unparsable("a content block delta came before its block started", data)
             self._add(current, event.delta, on_text, data)
@@ -176,11 +197,6 @@ class StreamState(StreamReader):
         elif delta.type == "signature_delta" and delta.signature:
             block.signature.append(delta.signature)
 
-    def _index(self, event: _Event) -> int:
-        if event.index is None:
-            raise self.failures.unparsable(f"a {event.type} event has no index")
-        return event.index
-
     def response(self) -> ModelResponse:
         """The finished step; a stream without ``message_stop`` was cut off."""
         if not self.stopped:
@@ -201,7 +217,7 @@ class StreamState(StreamReader):
             # Other block types (server tools) are not asked for, so not expected.
         if not blocks:
             blocks.append(TextBlock(text=""))
-        return assistant_step(blocks, self._token_usage(), self.stop_reason)
+        return assistant_step(blocks, self.usage.token_usage(), self.stop_reason)
 
     def _thinking(self, block: _Block) -> ThinkingBlock:
         # Kept even without a signature (a compatible server may sign none): such a
@@ -216,20 +232,6 @@ class StreamState(StreamReader):
             block.name, "".join(block.json), given=block.start_input, cut_off=self.stop_reason == "max_tokens"
         )
         return ToolUseBlock(id=block.id, name=block.name, input=arguments)
-
-    def _token_usage(self) -> TokenUsage:
-        u = self.usage
-        cache_read = u.cache_read_input_tokens or 0
-        cache_write = u.cache_creation_input_tokens or 0
-        prompt = (u.input_tokens or 0) + cache_read + cache_write
-        completion = u.output_tokens or 0
-        return TokenUsage(
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            total_tokens=prompt + completion,
-            cache_read_tokens=cache_read,
-            cache_write_tokens=cache_write,
-        )
 
 
 class AnthropicProvider(HttpProvider):

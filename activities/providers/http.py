@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AliasPath, BaseModel, ConfigDict, Field, ValidationError
 
 from durable_agent.activities.providers.http_errors import Failures
 from durable_agent.activities.providers.model_provider import TextSink
@@ -57,7 +57,23 @@ class Wire(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class TypedEvent(Wire):
+    """An event of a stream that names its kind in ``type``: the Messages API's, the Responses API's."""
+
+    type: str
+
+
 WireT = TypeVar("WireT", bound=Wire)
+T = TypeVar("T")
+
+
+def nested(first: str, *rest: str) -> Any:
+    """A ``Wire`` field read from deeper in the object, as ``nested("function", "name")``.
+
+    Saves a model for an object of which one field is read. The field is None where
+    the path is missing or passes through something other than an object.
+    """
+    return Field(None, validation_alias=AliasPath(first, *rest))
 
 
 class StreamReader(ABC):
@@ -99,6 +115,22 @@ class StreamReader(ABC):
             return wire.model_validate_json(data)
         except ValidationError as exc:
             raise self.failures.unparsable(f"{refusal}: {validation_message(exc)}", data) from None
+
+    def carried(self, value: T | None, event: TypedEvent, field: str, data: str = "") -> T:
+        """``value``, which an event of this kind must carry as ``field``; without it, ``unparsable``.
+
+        Args:
+            value: the field's value in the event.
+            event: the event, for its kind.
+            field: the field's name on the wire ("index", "response").
+            data: the event's data, quoted in the error.
+
+        Returns:
+            The value.
+        """
+        if value is None:
+            raise self.failures.unparsable(f"a {event.type} event has no {field}", data)
+        return value
 
     def tool_arguments(self, name: str, raw: str, *, given: dict[str, Any], cut_off: bool) -> dict[str, Any]:
         """The arguments a model wrote for tool ``name``: ``raw`` parsed, or ``given`` when it is blank.

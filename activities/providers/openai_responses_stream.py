@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from durable_agent.activities.providers.http import StreamReader, Wire
+from durable_agent.activities.providers.http import StreamReader, TypedEvent, Wire, nested
 from durable_agent.activities.providers.http_errors import Failures
 from durable_agent.activities.providers.model_provider import TextSink, assistant_step
 from durable_agent.core.models import (
@@ -39,6 +39,7 @@ SUMMARY_SEPARATOR = "\n\n"
 # not named here and not an invalid request's is the server's failure mid-answer: retried.
 _RETRYABLE_CODES = {"rate_limit_exceeded": 429, "server_error": 500, "vector_store_timeout": 504}
 _INVALID_MARKS = ("invalid", "image", "unsupported", "exceeded", "not_found", "too_large", "too_small")
+_REFUSAL = "a stream event is not a Responses API event"
 
 
 class _Text(Wire):
@@ -61,41 +62,61 @@ class _Item(Wire):
     content: list[_Text] | None = None
 
 
-class _InputDetails(Wire):
-    cached_tokens: int | None = None
-
-
 class _Usage(Wire):
     input_tokens: int | None = None
-    output_tokens: int | None = None
+    output_tokens: int | None = None  # its reasoning tokens included
     total_tokens: int | None = None
-    input_tokens_details: _InputDetails | None = None
+    cached_tokens: int | None = nested("input_tokens_details", "cached_tokens")
 
-
-class _Incomplete(Wire):
-    reason: str | None = None
+    def token_usage(self) -> TokenUsage:
+        """The project's counts, which are OpenAI's: the prompt's cached tokens are among its own."""
+        prompt = self.input_tokens or 0
+        completion = self.output_tokens or 0
+        return TokenUsage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=self.total_tokens or prompt + completion,
+            cache_read_tokens=self.cached_tokens or 0,
+        )
 
 
 class _Response(Wire):
     status: str | None = None
     usage: _Usage | None = None
-    incomplete_details: _Incomplete | None = None
+    incomplete_reason: str | None = nested("incomplete_details", "reason")
     error: Any = None
 
 
-class _Event(Wire):
-    type: str
+class _Last(Wire):
+    """The last event (``response.completed``, ``….incomplete``, ``….failed``): the response whole."""
+
+    response: _Response | None = None
+
+
+class _ErrorEvent(Wire):
+    """An ``error`` event: its error at its top level or (as some servers send it) under ``error``."""
+
+    code: Any = None
+    message: Any = None
+    param: Any = None
+    error: Any = None
+
+    def details(self) -> Any:
+        """The error, as ``stream_error`` reads it."""
+        if isinstance(self.error, dict):
+            return self.error
+        return {"code": self.code, "message": self.message, "param": self.param}
+
+
+class _Event(TypedEvent):
+    """Any event: its kind, and what the events of an output item carry (which item, by index
+    or by id; which part of a reasoning summary; the piece a delta adds, or the item whole)."""
+
     output_index: int | None = None
     item_id: str | None = None
     summary_index: int | None = None
     delta: str | None = None
     item: _Item | None = None
-    response: _Response | None = None
-    # an ``error`` event's, at its top level or (as some servers send it) under ``error``
-    code: Any = None
-    message: Any = None
-    param: Any = None
-    error: Any = None
 
 
 class _Output:
@@ -124,24 +145,24 @@ class StreamState(StreamReader):
 
     def feed(self, data: str, on_text: TextSink) -> None:
         """Read one event's data; answer text goes to ``on_text`` as it comes."""
-        event = self.parse(_Event, data, "a stream event is not a Responses API event")
+        event = self.parse(_Event, data, _REFUSAL)
         kind = event.type
+        # The events that end the answer are read again, as what their kind carries.
         if kind == "error":
-            error = event.error if isinstance(event.error, dict) else _top_level_error(event)
-            raise stream_error(self.failures, error)
+            raise stream_error(self.failures, self.parse(_ErrorEvent, data, _REFUSAL).details())
         if kind == "response.failed":
-            failed = event.response.error if event.response else None
+            last = self.parse(_Last, data, _REFUSAL).response
+            failed = last.error if last else None
             raise stream_error(self.failures, {"message": "response failed"} if failed is None else failed)
         if kind in ("response.completed", "response.incomplete"):
-            if event.response is None:
-                raise self.failures.unparsable(f"a {kind} event has no response", data)
-            self.final = event.response
-        elif kind == "response.output_item.added":
+            self.final = self.carried(self.parse(_Last, data, _REFUSAL).response, event, "response", data)
+        elif kind in ("response.output_item.added", "response.output_item.done"):
             if event.item is not None:
-                self.outputs[self._index(event, data)] = _Output(event.item)
-        elif kind == "response.output_item.done":
-            if event.item is not None:
-                self._done(self._index(event, data), event.item, on_text)
+                index = self.carried(event.output_index, event, "output_index", data)
+                if kind == "response.output_item.added":
+                    self.outputs[index] = _Output(event.item)
+                else:
+                    self._done(index, event.item, on_text)
         elif kind in ("response.output_text.delta", "response.refusal.delta"):
             if event.delta:
                 self._output(event, data).text.append(event.delta)
@@ -154,11 +175,6 @@ class StreamState(StreamReader):
             parts.setdefault(event.summary_index or 0, []).append(event.delta)
         # ``response.created``, ``…in_progress``, the ``….done`` of parts and texts, and event
         # types added later carry nothing that the items and the last event do not.
-
-    def _index(self, event: _Event, data: str) -> int:
-        if event.output_index is None:
-            raise self.failures.unparsable(f"a {event.type} event has no output_index", data)
-        return event.output_index
 
     def _output(self, event: _Event, data: str) -> _Output:
         """The item a delta is for: by its output index, else by its item id."""
@@ -183,7 +199,7 @@ class StreamState(StreamReader):
         final = self.final
         if final is None:
             raise self.failures.ended_early()
-        reason = final.incomplete_details.reason if final.incomplete_details else None
+        reason = final.incomplete_reason
         cut_off = final.status == "incomplete" and reason == "max_output_tokens"
         thinking: list[ContentBlock] = []
         text: list[str] = []
@@ -208,7 +224,7 @@ class StreamState(StreamReader):
             stop = "max_tokens" if cut_off else (reason or "incomplete")
         else:
             stop = "end_turn"
-        return assistant_step(blocks, _usage(final.usage), stop)
+        return assistant_step(blocks, final.usage.token_usage() if final.usage else TokenUsage(), stop)
 
     def _thinking(self, output: _Output) -> ThinkingBlock | None:
         item = output.item
@@ -232,24 +248,6 @@ class StreamState(StreamReader):
 
 def _message_text(item: _Item) -> str:
     return "".join(part.text or part.refusal or "" for part in item.content or [])
-
-
-def _usage(usage: _Usage | None) -> TokenUsage:
-    if usage is None:
-        return TokenUsage()
-    prompt = usage.input_tokens or 0
-    completion = usage.output_tokens or 0  # its reasoning tokens included
-    details = usage.input_tokens_details
-    return TokenUsage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=usage.total_tokens or prompt + completion,
-        cache_read_tokens=(details.cached_tokens or 0) if details else 0,
-    )
-
-
-def _top_level_error(event: _Event) -> dict[str, Any]:
-    return {"code": event.code, "message": event.message, "param": event.param}
 
 
 def error_status(error: dict[str, Any]) -> int | None:

@@ -17,7 +17,7 @@ import json
 import uuid
 from typing import Any
 
-from durable_agent.activities.providers.http import StreamReader, Wire
+from durable_agent.activities.providers.http import StreamReader, Wire, nested
 from durable_agent.activities.providers.http_errors import Failures
 from durable_agent.activities.providers.model_provider import TextSink, assistant_step
 from durable_agent.core.models import (
@@ -37,15 +37,12 @@ _STOP_REASONS = {
 }
 
 
-class _FunctionDelta(Wire):
-    name: str | None = None
-    arguments: str | None = None
-
-
 class _ToolCallDelta(Wire):
     index: int | None = None
     id: str | None = None
-    function: _FunctionDelta | None = None
+    # the call's ``function``: its name, and a piece of its arguments
+    name: str | None = nested("function", "name")
+    arguments: str | None = nested("function", "arguments")
 
 
 class _ReasoningDetail(Wire):
@@ -79,17 +76,25 @@ class _Choice(Wire):
     finish_reason: str | None = None
 
 
-class _PromptDetails(Wire):
-    cached_tokens: int | None = None
-
-
 class _Usage(Wire):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     total_tokens: int | None = None
-    prompt_tokens_details: _PromptDetails | None = None
+    cached_tokens: int | None = nested("prompt_tokens_details", "cached_tokens")
     # DeepSeek's own name for the prompt tokens read from its cache.
     prompt_cache_hit_tokens: int | None = None
+
+    def token_usage(self) -> TokenUsage:
+        """The project's counts, which are OpenAI's: the prompt's cached tokens are among its own."""
+        prompt = self.prompt_tokens or 0
+        completion = self.completion_tokens or 0
+        cached = self.cached_tokens if self.cached_tokens is not None else self.prompt_cache_hit_tokens
+        return TokenUsage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=self.total_tokens or prompt + completion,
+            cache_read_tokens=cached or 0,
+        )
 
 
 class _Chunk(Wire):
@@ -127,7 +132,7 @@ class StreamState(StreamReader):
         if chunk.error is not None:
             raise _stream_error(self.failures, chunk.error)
         if chunk.usage is not None:
-            self.usage = _usage(chunk.usage)
+            self.usage = chunk.usage.token_usage()
         for choice in chunk.choices or []:
             if choice.index != 0:  # one answer is asked for (n = 1)
                 continue
@@ -156,11 +161,10 @@ class StreamState(StreamReader):
         call = self.calls.setdefault(index, _Call())
         if part.id and not call.id:
             call.id = part.id
-        if part.function is not None:
-            if part.function.name and not call.name:
-                call.name = part.function.name
-            if part.function.arguments:
-                call.arguments.append(part.function.arguments)
+        if part.name and not call.name:
+            call.name = part.name
+        if part.arguments:
+            call.arguments.append(part.arguments)
 
     def response(self) -> ModelResponse:
         """The finished step; a stream without a finish reason was cut off.
@@ -194,21 +198,6 @@ class StreamState(StreamReader):
         # Ids pair each result with its call; a server that sends none gets one made up.
         call_id = call.id or f"call_{uuid.uuid4().hex[:24]}"
         return ToolUseBlock(id=call_id, name=call.name, input=arguments)
-
-
-def _usage(usage: _Usage) -> TokenUsage:
-    prompt = usage.prompt_tokens or 0
-    completion = usage.completion_tokens or 0
-    details = usage.prompt_tokens_details
-    cached = details.cached_tokens if details and details.cached_tokens is not None else None
-    if cached is None:
-        cached = usage.prompt_cache_hit_tokens
-    return TokenUsage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=usage.total_tokens or prompt + completion,
-        cache_read_tokens=cached or 0,
-    )
 
 
 def _stream_error(failures: Failures, error: Any) -> Exception:

@@ -297,12 +297,20 @@ class ActivityDecl(Generic[InT, OutT]):
     options: Callable[[Timeouts], ActivityOptions]
 
 
-def _checkpoint(attempts: Callable[[Timeouts], int]) -> Callable[[Timeouts], ActivityOptions]:
+def _heartbeating(
+    seconds: Callable[[Timeouts], float], attempts: Callable[[Timeouts], int]
+) -> Callable[[Timeouts], ActivityOptions]:
+    """The options of an activity that heartbeats: its time limit and attempts from the run's
+    timeouts, a lost worker noticed after ``heartbeat_seconds``."""
     return lambda t: ActivityOptions(
-        start_to_close_seconds=t.checkpoint_seconds,
+        start_to_close_seconds=seconds(t),
         maximum_attempts=attempts(t),
         heartbeat_seconds=t.heartbeat_seconds,
     )
+
+
+def _checkpoint(attempts: Callable[[Timeouts], int]) -> Callable[[Timeouts], ActivityOptions]:
+    return _heartbeating(lambda t: t.checkpoint_seconds, attempts)
 
 
 def _model_options(t: Timeouts) -> ActivityOptions:
@@ -345,11 +353,7 @@ TOOL_CALL = ActivityDecl[ToolCallInput, ToolOutput](
     "agent.tool_call",
     ToolCallInput,
     ToolOutput,
-    lambda t: ActivityOptions(
-        start_to_close_seconds=t.tool_seconds,
-        maximum_attempts=t.tool_max_attempts,
-        heartbeat_seconds=t.heartbeat_seconds,
-    ),
+    _heartbeating(lambda t: t.tool_seconds, lambda t: t.tool_max_attempts),
 )
 SAVE_CHECKPOINT = ActivityDecl[SaveCheckpointInput, None](
     "agent.save_checkpoint", SaveCheckpointInput, None, _checkpoint(lambda t: t.checkpoint_max_attempts)
@@ -386,11 +390,7 @@ HOOK = ActivityDecl[HookInput, HookOutcome](
     "agent.hook",
     HookInput,
     HookOutcome,
-    lambda t: ActivityOptions(
-        start_to_close_seconds=t.hook_seconds + HOOK_MARGIN_SECONDS,
-        maximum_attempts=t.hook_max_attempts,
-        heartbeat_seconds=t.heartbeat_seconds,
-    ),
+    _heartbeating(lambda t: t.hook_seconds + HOOK_MARGIN_SECONDS, lambda t: t.hook_max_attempts),
 )
 
 
@@ -427,11 +427,7 @@ RESTORE_WORKSPACE = ActivityDecl[RestoreWorkspaceInput, WorkspaceRestored](
     "agent.restore_workspace",
     RestoreWorkspaceInput,
     WorkspaceRestored,
-    lambda t: ActivityOptions(
-        start_to_close_seconds=t.tool_seconds,
-        maximum_attempts=3,
-        heartbeat_seconds=t.heartbeat_seconds,
-    ),
+    _heartbeating(lambda t: t.tool_seconds, lambda _: 3),
 )
 
 # Only runs started before linear history load their session (``durable_agent.core.legacy_shapes``).

@@ -1,8 +1,8 @@
 """The run's events: what a run records for those who watch it, tagged by ``type``.
 
 Each event is one ``EventRecord`` of the run's log; the parts they share with the
-conversation (token usage, the context view, the workspace state) are in
-``durable_agent.core.models``.
+conversation (token usage, the context view, the workspace state, a tool call's id and
+name) are in ``durable_agent.core.models``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from durable_agent.core.models import (
     InstructionFile,
     Sparse,
     TokenUsage,
+    ToolCallBase,
     WorkspaceState,
 )
 
@@ -53,10 +54,8 @@ class ThinkingEvent(Frozen):
 TOOL_OUTPUT_PREVIEW_CHARS = 2000
 
 
-class ToolStartEvent(Frozen):
+class ToolStartEvent(ToolCallBase):
     type: Literal["tool_start"] = "tool_start"
-    id: str
-    name: str
     input: dict[str, Any] = Field(default_factory=dict)  # long strings cut to a preview
 
     @classmethod
@@ -70,10 +69,8 @@ class ToolStartEvent(Frozen):
         return cls(id=id, name=name, input={k: preview(v) for k, v in arguments.items()})
 
 
-class ToolEndEvent(Sparse):
+class ToolEndEvent(ToolCallBase, Sparse):
     type: Literal["tool_end"] = "tool_end"
-    id: str
-    name: str
     output: str  # at most TOOL_OUTPUT_PREVIEW_CHARS characters of it
     output_chars: int = 0  # the whole output's length
     is_error: bool = False
@@ -97,19 +94,15 @@ class ToolEndEvent(Sparse):
         )
 
 
-class PermissionDeniedEvent(Frozen):
+class PermissionDeniedEvent(ToolCallBase):
     type: Literal["permission_denied"] = "permission_denied"
-    id: str
-    name: str
     reason: str
 
 
-class ConfirmationRequiredEvent(Frozen):
+class ConfirmationRequiredEvent(ToolCallBase):
     """A call waits for a person's decision (a rule said ``ask``)."""
 
     type: Literal["confirmation_required"] = "confirmation_required"
-    id: str
-    name: str
     target: str | None = None
     arguments: str  # a summary of the call's input, for the person deciding
     timeout_seconds: float | None = None
@@ -118,10 +111,8 @@ class ConfirmationRequiredEvent(Frozen):
     arguments_digest: str | None = None
 
 
-class ConfirmationReceivedEvent(Frozen):
+class ConfirmationReceivedEvent(ToolCallBase):
     type: Literal["confirmation_received"] = "confirmation_received"
-    id: str
-    name: str
     approved: bool
     reason: str | None = None
     timed_out: bool = False

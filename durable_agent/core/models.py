@@ -70,15 +70,40 @@ def _not_blank(value: str, info: ValidationInfo) -> str:
 NonBlank = Annotated[str, AfterValidator(_not_blank)]
 
 
+def _provider_slash_model(value: str, info: ValidationInfo) -> str:
+    provider, _, name = value.partition("/")
+    if not provider or not name:
+        raise ValueError(f'{info.field_name or "the model"} must look like "provider/model", got {value!r}')
+    return value
+
+
+# A model as a run names it, "provider/model": a provider of the worker's config, then the
+# model's name at that provider. A field of this type refuses another shape with
+# '<field> must look like "provider/model"'.
+QualifiedModel = Annotated[str, AfterValidator(_provider_slash_model)]
+
+
 class TextBlock(Frozen):
     type: Literal["text"] = "text"
     text: str
 
 
-class ToolUseBlock(Frozen):
-    type: Literal["tool_use"] = "tool_use"
+class ToolCallBase(Frozen):
+    """Base of what is about one tool call, its block (``ToolUseBlock``) and the run's events of
+    it: the call's ``id`` and its tool's ``name``.
+
+    ``type`` is declared here only so that it comes first in the JSON, as in every block and
+    event (a field keeps the place where a base declared it); each subclass narrows it to its
+    own tag.
+    """
+
+    type: str
     id: str
     name: str
+
+
+class ToolUseBlock(ToolCallBase):
+    type: Literal["tool_use"] = "tool_use"
     input: dict[str, Any] = Field(default_factory=dict)
 
 

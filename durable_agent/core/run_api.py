@@ -35,7 +35,15 @@ from durable_agent.core.failures import INPUT_TOO_LARGE as INPUT_TOO_LARGE
 from durable_agent.core.failures import INVALID_RUN_INPUT as INVALID_RUN_INPUT
 from durable_agent.core.failures import PAYLOAD_REFUSED as PAYLOAD_REFUSED
 from durable_agent.core.failures import QUEUE_FULL as QUEUE_FULL
-from durable_agent.core.models import Frozen, Message, NonBlank, Sparse, TokenUsage, ToolUseBlock
+from durable_agent.core.models import (
+    Frozen,
+    Message,
+    NonBlank,
+    QualifiedModel,
+    Sparse,
+    TokenUsage,
+    ToolUseBlock,
+)
 from durable_agent.core.output_schema import check_output_schema
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan
@@ -78,7 +86,9 @@ class RunSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workspace: str | None = Field(None, min_length=1, description="A folder on the worker's machine.")
-    model: str | None = Field(None, description='"provider/model"; default from the worker config.')
+    model: QualifiedModel | None = Field(
+        None, description='"provider/model"; default from the worker config.'
+    )
     permissions: PermissionPolicy | None = None
     export_sink: str | None = Field(None, min_length=1)
     max_tool_rounds: int | None = Field(None, ge=1, le=10_000)
@@ -136,15 +146,6 @@ class RunSettings(BaseModel):
                 f"instructions are {size} bytes as JSON, over {MAX_INSTRUCTIONS_BYTES}: put the text in "
                 "a file in the workspace and ask the model to read it"
             )
-        return value
-
-    @field_validator("model")
-    @classmethod
-    def _provider_slash_model(cls, value: str | None) -> str | None:
-        if value is not None:
-            provider, _, name = value.partition("/")
-            if not provider or not name:
-                raise ValueError(f'model must look like "provider/model", got {value!r}')
         return value
 
     def settings(self) -> RunSettings:

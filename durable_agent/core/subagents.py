@@ -31,7 +31,7 @@ from pydantic import Field
 from durable_agent.core.events import SubagentEndEvent, SubagentStartEvent
 from durable_agent.core.models import Frozen, TokenUsage
 from durable_agent.core.permissions import PermissionPolicy
-from durable_agent.core.tool_args import ToolArgs
+from durable_agent.core.tool_args import ToolArgs, bounded_text
 from durable_agent.core.tool_specs import ToolSpec
 
 TASK = "task"
@@ -47,10 +47,9 @@ ChildStatus = Literal["running", "completed", "failed", "cancelled", "budget_exh
 class TaskArgs(ToolArgs):
     """Arguments of ``task``."""
 
-    description: str = Field(
-        min_length=1,
-        max_length=TASK_DESCRIPTION_MAX_CHARS,
-        description="A few words saying what the subagent is to do (shown to the person watching).",
+    description: str = bounded_text(
+        TASK_DESCRIPTION_MAX_CHARS,
+        "A few words saying what the subagent is to do (shown to the person watching).",
     )
     prompt: str = Field(
         min_length=1,
@@ -149,25 +148,12 @@ def with_child(children: tuple[ChildRun, ...], child: ChildRun) -> tuple[ChildRu
 
 def child_event(child: ChildRun) -> SubagentStartEvent | SubagentEndEvent:
     """The event of a child that started (``status`` running) or ended."""
-    if child.status == "running":
-        return SubagentStartEvent(
-            id=child.call_id,
-            workflow_id=child.workflow_id,
-            run_id=child.run_id or "",
-            description=child.description,
-            agent_type=child.agent_type,
-        )
-    return SubagentEndEvent(
-        id=child.call_id,
-        workflow_id=child.workflow_id,
-        run_id=child.run_id,
-        status=child.status,
-        final_content_digest=child.final_content_digest,
-        exports=child.exports,
-        usage=child.usage,
-        cost_usd=child.cost_usd,
-        error=child.error,
-    )
+    event = SubagentStartEvent if child.status == "running" else SubagentEndEvent
+    # Each event's fields are ``ChildRun``'s, by the same names, but for the call's ``id``.
+    fields = {name: getattr(child, name) for name in event.model_fields if name in ChildRun.model_fields}
+    if event is SubagentStartEvent:
+        fields["run_id"] = child.run_id or ""  # a start event's run id is a string, empty until known
+    return event(id=child.call_id, **fields)
 
 
 def child_policy(parent: PermissionPolicy, narrower: PermissionPolicy | None) -> PermissionPolicy:

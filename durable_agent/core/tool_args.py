@@ -13,11 +13,12 @@ the conversation, and the conversation in every checkpoint the run exports.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import re2
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from durable_agent.core.models import NonBlank
 from durable_agent.core.patch_format import parse_patch, patch_paths
@@ -73,10 +74,45 @@ class ToolArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ReadArgs(ToolArgs):
-    """Arguments of ``read``."""
+def bounded_text(max_chars: int, description: str) -> Any:
+    """A required text argument of 1 to ``max_chars`` characters: longer, the call is refused.
+
+    Args:
+        max_chars: The most characters the text may have.
+        description: What the model is told of the argument.
+
+    Returns:
+        The field, to assign to a ``str`` annotation of a ``ToolArgs`` model.
+    """
+    return Field(min_length=1, max_length=max_chars, description=description)
+
+
+def checked_by(check: Callable[[str], object]) -> AfterValidator:
+    """The validator of a text argument that ``check`` must accept; the text is kept as given.
+
+    Args:
+        check: Raises ``ValueError``, saying why, for a text the tool cannot take.
+
+    Returns:
+        The validator, for the argument's ``Annotated`` type (it runs after the length bounds).
+    """
+
+    def accepted(value: str) -> str:
+        check(value)
+        return value
+
+    return AfterValidator(accepted)
+
+
+class FileArgs(ToolArgs):
+    """Base of the arguments of a tool that works on one file, named first."""
 
     file_path: str = Field(min_length=1, description="Path of the file, relative to the workspace.")
+
+
+class ReadArgs(FileArgs):
+    """Arguments of ``read``."""
+
     offset: int = Field(0, ge=0, description="First line to return, 0-based.")
     limit: int | None = Field(None, ge=1, description="How many lines to return at most.")
 
@@ -87,26 +123,10 @@ class LsArgs(ToolArgs):
     path: str = Field(".", min_length=1, description="Folder to list, relative to the workspace.")
 
 
-class WriteArgs(ToolArgs):
+class WriteArgs(FileArgs):
     """Arguments of ``write``."""
 
-    file_path: str = Field(min_length=1, description="Path of the file, relative to the workspace.")
     content: str = Field(description="The whole new content of the file (written as UTF-8).")
-
-
-class EditArgs(ToolArgs):
-    """Arguments of ``edit``; ``old_string`` and ``new_string`` must differ."""
-
-    file_path: str = Field(min_length=1, description="Path of the file, relative to the workspace.")
-    old_string: str = Field(min_length=1, description="The exact text to replace, whitespace included.")
-    new_string: str = Field(description="The text to put in its place.")
-    replace_all: bool = Field(False, description="Replace every occurrence instead of exactly one.")
-
-    @model_validator(mode="after")
-    def _changes_something(self) -> EditArgs:
-        if self.old_string == self.new_string:
-            raise ValueError("old_string and new_string are the same: the edit would change nothing")
-        return self
 
 
 class StringEdit(ToolArgs):
@@ -121,6 +141,12 @@ class StringEdit(ToolArgs):
         if self.old_string == self.new_string:
             raise ValueError("old_string and new_string are the same: the edit would change nothing")
         return self
+
+
+# ``FileArgs`` last among the bases: pydantic takes the fields base by base from the last, so
+# ``file_path`` comes first, as the model has always been shown it.
+class EditArgs(StringEdit, FileArgs):
+    """Arguments of ``edit``: one ``StringEdit`` in one file."""
 
 
 def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
@@ -143,10 +169,9 @@ def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
     return expand(schema)  # type: ignore[no-any-return]
 
 
-class MultiEditArgs(ToolArgs):
+class MultiEditArgs(FileArgs):
     """Arguments of ``multi_edit``: ``edit``'s replacements, several in one file."""
 
-    file_path: str = Field(min_length=1, description="Path of the file, relative to the workspace.")
     edits: tuple[StringEdit, ...] = Field(
         min_length=1,
         max_length=MULTI_EDIT_MAX_EDITS,
@@ -158,31 +183,24 @@ class MultiEditArgs(ToolArgs):
         return _inlined(super().model_json_schema(*args, **kwargs))
 
 
+def _patch_parses(patch: str) -> None:
+    if len(patch_paths(parse_patch(patch))) > PATCH_MAX_FILES:
+        raise ValueError(f"the patch names more than {PATCH_MAX_FILES} files; split it")
+
+
 class ApplyPatchArgs(ToolArgs):
     """Arguments of ``apply_patch``; ``patch`` must parse (``core.patch_format``)."""
 
-    patch: str = Field(
-        min_length=1,
-        max_length=PATCH_MAX_CHARS,
-        description="The patch, from '*** Begin Patch' to '*** End Patch'.",
+    patch: Annotated[str, checked_by(_patch_parses)] = bounded_text(
+        PATCH_MAX_CHARS, "The patch, from '*** Begin Patch' to '*** End Patch'."
     )
-
-    @field_validator("patch")
-    @classmethod
-    def _parses(cls, value: str) -> str:
-        ops = parse_patch(value)
-        if len(patch_paths(ops)) > PATCH_MAX_FILES:
-            raise ValueError(f"the patch names more than {PATCH_MAX_FILES} files; split it")
-        return value
 
 
 class GlobArgs(ToolArgs):
     """Arguments of ``glob``."""
 
-    pattern: str = Field(
-        min_length=1,
-        max_length=GLOB_MAX_PATTERN_CHARS,
-        description="Glob relative to the workspace, e.g. 'src/**/*.py' or '**/*.{ts,tsx}'.",
+    pattern: str = bounded_text(
+        GLOB_MAX_PATTERN_CHARS, "Glob relative to the workspace, e.g. 'src/**/*.py' or '**/*.{ts,tsx}'."
     )
 
 
@@ -251,11 +269,10 @@ def _too_large(size: str) -> str:
 class GrepArgs(ToolArgs):
     """Arguments of ``grep``; ``pattern`` must compile with RE2 (see ``grep_regex``)."""
 
-    pattern: str = Field(
-        min_length=1,
-        max_length=GREP_MAX_PATTERN_CHARS,
-        description="A regular expression in RE2 syntax (no backreferences or lookaround), matched "
-        "line by line.",
+    # Compiled case-sensitively: ``case_insensitive`` is not validated yet; the tool compiles it as asked.
+    pattern: Annotated[str, checked_by(grep_regex)] = bounded_text(
+        GREP_MAX_PATTERN_CHARS,
+        "A regular expression in RE2 syntax (no backreferences or lookaround), matched line by line.",
     )
     path: str = Field(".", min_length=1, description="Folder or file to search, relative to the workspace.")
     glob: str | None = Field(
@@ -266,13 +283,6 @@ class GrepArgs(ToolArgs):
         "workspace-relative path when it contains '/'.",
     )
     case_insensitive: bool = Field(False, description="Ignore case when matching.")
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        # Case-sensitively: ``case_insensitive`` is not validated yet; the tool compiles it as asked.
-        grep_regex(value)
-        return value
 
 
 class BashArgs(ToolArgs):
@@ -344,28 +354,18 @@ def url_host(url: str) -> str:
 class WebFetchArgs(ToolArgs):
     """Arguments of ``web_fetch``; ``url`` must pass ``url_host``."""
 
-    url: str = Field(
-        min_length=1,
-        max_length=WEB_FETCH_MAX_URL_CHARS,
-        description="The http:// or https:// URL to fetch (GET).",
+    url: Annotated[str, checked_by(url_host)] = bounded_text(
+        WEB_FETCH_MAX_URL_CHARS, "The http:// or https:// URL to fetch (GET)."
     )
     offset: int = Field(
         0, ge=0, description="First character of the page's text to show, to read on after a cut."
     )
 
-    @field_validator("url")
-    @classmethod
-    def _fetchable(cls, value: str) -> str:
-        url_host(value)
-        return value
-
 
 class TodoEntry(ToolArgs):
     """One item of ``todo_write``'s list."""
 
-    content: NonBlank = Field(
-        min_length=1, max_length=TODO_MAX_CONTENT_CHARS, description="What the task is, in a short sentence."
-    )
+    content: NonBlank = bounded_text(TODO_MAX_CONTENT_CHARS, "What the task is, in a short sentence.")
     status: Literal["pending", "in_progress", "completed"] = Field(
         description="pending (not started), in_progress (being worked on) or completed."
     )
