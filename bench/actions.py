@@ -16,8 +16,9 @@ reader of ``bench/step_cost.py`` once per workload, one run at a time:
   ``--tool-seconds`` and then reads the same file, so that its activity heartbeats.
 
 Ours is ``AgentRun`` (``start_run``) on ``build_worker``; naive is ``NaiveAgentRun``
-(``bench/naive.py``) on Temporal's defaults (no heartbeat timeout, so its tool activity
-heartbeats every 5 s at most). Both run the same ``agent.tool_call`` activity.
+(``bench/naive.py``) on Temporal's defaults: no heartbeat timeout, so its tool activity
+heartbeats first after 5 s (``heartbeating``), and not at all in a shorter call. Both designs
+run the same ``agent.tool_call`` activity; ours runs a quick tool's (``read``) as a local one.
 
 The figures, per run:
 
@@ -43,14 +44,9 @@ import argparse
 import asyncio
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 import uuid
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -65,6 +61,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from bench.naive import NaiveInput
 from bench.reader_setup import add_workload_arguments, prepare, reader_config, sink_root, workspace_of
 from bench.runs import CoreLog, completed_calls, fetch_chain, settle
+from bench.server_metrics import HEARTBEAT_ACTIONS, settled_counts, start_metered_server
 from bench.step_cost import Bench, free_port, naive_worker, start_naive, start_ours
 from bench.step_report import fmt, table
 from bench.tokens import ReaderModel
@@ -75,15 +72,8 @@ from durable_agent.client import connect, ensure_search_attributes, exit_process
 from durable_agent.core.activity_api import TOOL_CALL, ModelCallInput
 from durable_agent.core.models import ModelResponse, ToolUseBlock
 from durable_agent.core.permissions import PermissionPolicy
-from durable_agent.core.run_api import SA_RUN_STATUS, SA_SESSION_ID
 from durable_agent.core.tool_specs import offered_tools
-from durable_agent.devserver import (
-    DEV_SERVER_SETTINGS,
-    DevServerError,
-    is_reachable,
-    stop_dev_server,
-    temporal_binary,
-)
+from durable_agent.devserver import stop_dev_server
 from durable_agent.worker import build_worker
 
 E = EventType
@@ -107,15 +97,19 @@ CATEGORIES = {
 CHANGE_VERSION = "TemporalChangeVersion"  # the SDKs' patch bookkeeping: exempt from billing
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
 SLOW_TOOL = "slow_read"
-# Prometheus text: a sample, its labels, its value
-SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} (\S+)$")
-LABEL = re.compile(r'(\w+)="([^"]*)"')
-UPDATE_ACTIONS = (
-    E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
-    E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_REJECTED,
-)
-NEXUS_ACTIONS = (E.EVENT_TYPE_NEXUS_OPERATION_SCHEDULED, E.EVENT_TYPE_NEXUS_OPERATION_CANCEL_REQUESTED)
-HEARTBEAT_ACTIONS = ("grpc_RecordActivityTaskHeartbeat", "grpc_RecordActivityTaskHeartbeatById")
+# the events that are one action each, by their category (the others are counted below)
+ONE_EACH = {
+    E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED: "workflow_started",
+    E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED: "activities",
+    E.EVENT_TYPE_TIMER_STARTED: "timers",
+    E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED: "signals",
+    E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED: "updates",
+    E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_REJECTED: "updates",
+    E.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED: "properties_modified",
+    E.EVENT_TYPE_WORKFLOW_EXECUTION_OPTIONS_UPDATED: "options_updated",
+    E.EVENT_TYPE_NEXUS_OPERATION_SCHEDULED: "nexus",
+    E.EVENT_TYPE_NEXUS_OPERATION_CANCEL_REQUESTED: "nexus",
+}
 
 
 # --- counting a run's billable actions from its histories -------------------------------
@@ -139,12 +133,10 @@ def count_actions(histories: Iterable[WorkflowHistory]) -> dict[str, int]:
         marked_tasks: set[int] = set()
         for i, e in enumerate(events):
             kind = e.event_type
-            if kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-                counts["workflow_started"] += 1
+            if kind in ONE_EACH:
+                counts[ONE_EACH[kind]] += 1
             elif kind == E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
                 counts["child_workflows"] += 2
-            elif kind == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-                counts["activities"] += 1
             elif kind == E.EVENT_TYPE_ACTIVITY_TASK_STARTED:
                 counts["activity_retries"] += max(e.activity_task_started_event_attributes.attempt - 1, 0)
             elif kind == E.EVENT_TYPE_MARKER_RECORDED:
@@ -156,23 +148,11 @@ def count_actions(histories: Iterable[WorkflowHistory]) -> dict[str, int]:
                 # once: nothing happened in between to schedule it
                 following = events[i + 1].event_type if i + 1 < len(events) else None
                 counts["workflow_task_heartbeats"] += following == E.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
-            elif kind == E.EVENT_TYPE_TIMER_STARTED:
-                counts["timers"] += 1
-            elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-                counts["signals"] += 1
-            elif kind in UPDATE_ACTIONS:
-                counts["updates"] += 1
             elif kind == E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
                 counts["search_attribute_upserts"] += not is_version_upsert(e)
-            elif kind == E.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
-                counts["properties_modified"] += 1
-            elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_OPTIONS_UPDATED:
-                counts["options_updated"] += 1
             elif kind == E.EVENT_TYPE_WORKFLOW_TASK_FAILED:
                 cause = e.workflow_task_failed_event_attributes.cause
                 counts["resets"] += cause == WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW
-            elif kind in NEXUS_ACTIONS:
-                counts["nexus"] += 1
         counts["markers"] += len(marked_tasks)
     counts["total"] = sum(counts.values())
     return counts
@@ -203,75 +183,6 @@ def tool_boundaries(histories: list[WorkflowHistory]) -> int:
                 data = json.loads(marker.details["data"].payloads[0].data)
                 done += data.get("activity_type") == TOOL_CALL.name
     return done
-
-
-# --- what the server counted ------------------------------------------------------------
-
-
-def server_counts(url: str | None, namespace: str) -> Counter[str] | None:
-    """The server's counters this bench reads, for ``namespace`` (None: no metrics to read).
-
-    ``action:<type>``: the frontend's ``action`` counter by action type; ``heartbeats``:
-    ``RecordActivityTaskHeartbeat`` requests the frontend received (``service_requests``).
-    """
-    if url is None:
-        return None
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    counts: Counter[str] = Counter()
-    for line in text.splitlines():
-        match = SAMPLE.match(line)
-        if match is None:
-            continue
-        name, labels, value = match.group(1), dict(LABEL.findall(match.group(2))), float(match.group(3))
-        if labels.get("namespace") != namespace:
-            continue
-        if name == "action":
-            counts[f"action:{labels.get('action_type')}"] += int(value)
-        elif (
-            name == "service_requests"
-            and labels.get("service_name") == "frontend"
-            and labels.get("operation") in ("RecordActivityTaskHeartbeat", "RecordActivityTaskHeartbeatById")
-        ):
-            counts["heartbeats"] += int(value)
-    return counts
-
-
-async def settled_counts(url: str | None, namespace: str) -> Counter[str] | None:
-    """``server_counts`` once two readings 1.5 s apart agree (at most 15 s): the server's
-    endpoint shows a count late (readings 0.5 s apart agreed while a run's last actions were
-    still missing)."""
-    if url is None:
-        return None
-    last = await asyncio.to_thread(server_counts, url, namespace)
-    for _ in range(10):
-        await asyncio.sleep(1.5)
-        now = await asyncio.to_thread(server_counts, url, namespace)
-        if now == last:
-            break
-        last = now
-    return last
-
-
-def start_metered_server(port: int, metrics_port: int, log_file: Path) -> subprocess.Popen[bytes]:
-    """``durable_agent.devserver.start_dev_server``'s server, with its metrics on ``metrics_port``."""
-    args = [
-        temporal_binary(), "server", "start-dev", "--headless",
-        "--ip", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port),
-        "--log-level", "warn",
-        "--search-attribute", f"{SA_SESSION_ID}=Keyword",
-        "--search-attribute", f"{SA_RUN_STATUS}=Keyword",
-        *DEV_SERVER_SETTINGS,
-    ]  # fmt: skip
-    with open(log_file, "ab") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while not is_reachable(f"127.0.0.1:{port}", timeout=0.5):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_dev_server(proc)
-            raise DevServerError(f"the Temporal dev server did not start; see {log_file}")
-        time.sleep(0.2)
-    return proc
 
 
 # --- the slow tool and the model that calls it -------------------------------------------

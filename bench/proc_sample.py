@@ -136,7 +136,8 @@ class Sampler:
 
     async def stop(self) -> dict[str, Any]:
         """The figures since ``start``: per group ``cpu_s`` and ``cores`` (CPU seconds over wall
-        seconds), the machine's ``busy_cores``, the watched group's ``peak_mb``, and the CPU
+        seconds), the machine's ``busy_cores`` and the part of them outside the groups
+        (``others_cores``), the watched group's ``peak_mb``, and the CPU
         seconds of the ``threads`` process's threads by name (``thread_cpu_s``)."""
         assert self._task is not None
         self._task.cancel()
@@ -153,6 +154,10 @@ class Sampler:
             out[name] = {"cpu_s": round(cpu, 2), "cores": round(cpu / wall, 2)}
         cores = os.cpu_count() or 1
         out["busy_cores"] = round((busy1 - busy0) / max(total1 - total0, 1) * cores, 2)
+        # what the machine spent on processes outside the groups: other users, py-spy
+        out["others_cores"] = round(
+            max(out["busy_cores"] - sum(out[n]["cores"] for n in self.groups), 0.0), 2
+        )
         if self.threads:
             spent = {k: v - self._threads0.get(k, 0.0) for k, v in thread_cpu(self.threads).items()}
             busiest = sorted(spent.items(), key=lambda kv: -kv[1])[:6]

@@ -19,27 +19,31 @@ the filesystem sink; naive: ``NaiveAgentRun`` unsandboxed) and each C of
 workflow-task, activity and local-activity slots takes a warm-up run, then C
 runs of ``--steps`` steps started at once. Printed per row:
 
-* ``steps/s``: tool calls completed over the wall seconds from the first start
-  to the last result; ``failed``: runs that did not complete;
+* ``steps``: tool calls completed, ``local`` of them as local activities
+  (``[tools] local_calls``; ``--remote-tools`` turns it off for ours);
+  ``steps/s``: steps over the wall seconds from the first start to the last
+  result; ``failed``: runs that did not complete;
 * ``p50 ms`` / ``p99 ms``: step latency, the server time between consecutive
   tool-call completions within a run (an ``ActivityTaskCompleted`` of
   ``agent.tool_call``, or the ``MarkerRecorded`` of a local ``agent.tool_call``:
-  ``tool_call_times``), pooled over the runs;
+  ``bench/step_history.py``), pooled over the runs;
 * ``RSS MB`` before the runs, ``peak`` while they ran, ``after`` they ended,
   and ``KB/run`` = (peak - before) / C: the worker's memory per run in flight;
 * CPU, between the first start and the last result: ``worker``, ``server``
   (the dev server) and ``bench`` (this process) in ms of CPU per step and in
   cores (CPU seconds over wall seconds), ``machine`` = busy cores of all
-  (2 here: near 2 means the machine is the limit), and the worker's CPU by
-  thread name (``python``: the interpreter's threads, which share one GIL;
-  ``tokio-*``: the SDK core's Rust threads).
+  (2 here: near 2 means the machine is the limit), ``others`` = the part of
+  them spent outside these processes (other users of the machine, py-spy),
+  and the worker's CPU by thread name (``python``: the interpreter's threads,
+  which share one GIL; ``tokio-*``: the SDK core's).
 
 At C = ``--profile-at`` (ours only), ``py-spy record --gil --nonblocking``
 (``--py-spy``, default: on PATH) samples the worker for ``--profile-seconds``:
 the 10 functions most often on top of the stack of the thread holding the GIL
-(``own``) and anywhere in it (``total``), as shares of the samples;
-``gil busy`` = samples over rate x seconds, roughly how much of the time some
-thread held the GIL (near 1: the interpreter is the limit).
+(``own``) and anywhere in it (``total``, less the event loop's frames), as
+shares of the samples; ``gil busy`` = samples over rate x seconds, roughly how
+much of the time some thread held the GIL (near 1: the interpreter is the
+limit). py-spy's own CPU is printed: it is in ``machine``, not in ``worker``.
 
 Phase 2, PostgreSQL store and sink (``tests/pg_server.py`` starts a throwaway
 server from Debian's binaries unless ``AGENT_TEST_PG_DSN`` names one): ours,
@@ -81,7 +85,7 @@ from bench.reader_setup import prepare
 from bench.runs import fetch_chain
 from bench.scale_report import print_report
 from bench.scale_worker import reader_bench
-from bench.step_cost import Bench, free_port, start_naive, start_ours
+from bench.step_cost import Bench, free_port, interrupt, start_naive, start_ours
 from bench.step_history import step_figures, wft_by_worker
 from bench.takeover import kill, wait_ready
 from durable_agent.client import ensure_search_attributes, exit_process
@@ -120,9 +124,7 @@ def spawn(s: Setup, identity: str, design: str, slots: int, log: IO[bytes]) -> s
             "--identity", identity, "--design", design, "--slots", str(slots)]  # fmt: skip
     env = {**os.environ, "TEMPORAL_ADDRESS": s.address}
     flags = ["--postgres"] * s.postgres + ["--remote-tools"] * s.args.remote_tools
-    return subprocess.Popen(
-        args + flags, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env
-    )
+    return subprocess.Popen(args + flags, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -334,11 +336,6 @@ async def main() -> int:
     if args.json:
         print(json.dumps(out, default=str))
     return 0
-
-
-def interrupt(_signum: int, _frame: object) -> None:
-    """SIGTERM as Ctrl-C: the worker processes and the servers are stopped on the way out."""
-    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

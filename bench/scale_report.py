@@ -8,21 +8,22 @@ from bench.text_table import Column, formatted, padded
 
 STEPS: list[Column] = [
     ("design", "design", "{}"), ("C", "runs", "{}"), ("slots", "slots", "{}"), ("steps", "steps", "{}"),
-    ("failed", "failed", "{}"), ("steps/s", "steps_per_s", "{:.1f}"), ("p50 ms", "p50_ms", "{:.0f}"),
-    ("p99 ms", "p99_ms", "{:.0f}"), ("RSS MB", "rss_before_mb", "{:.0f}"), ("peak", "rss_peak_mb", "{:.0f}"),
-    ("after", "rss_after_mb", "{:.0f}"), ("KB/run", "kb_per_run", "{:.0f}"),
+    ("local", "local_steps", "{}"), ("failed", "failed", "{}"), ("steps/s", "steps_per_s", "{:.1f}"),
+    ("p50 ms", "p50_ms", "{:.0f}"), ("p99 ms", "p99_ms", "{:.0f}"), ("RSS MB", "rss_before_mb", "{:.0f}"),
+    ("peak", "rss_peak_mb", "{:.0f}"), ("after", "rss_after_mb", "{:.0f}"),
+    ("KB/run", "kb_per_run", "{:.0f}"),
 ]  # fmt: skip
 CPU: list[Column] = [
     ("design", "design", "{}"), ("C", "runs", "{}"), ("workers", "workers", "{}"),
     ("worker ms/step", "worker_ms", "{:.1f}"), ("cores", "worker_cores", "{:.2f}"),
     ("server ms/step", "server_ms", "{:.1f}"), ("cores", "server_cores", "{:.2f}"),
     ("pg ms/step", "postgres_ms", "{:.1f}"), ("bench ms/step", "bench_ms", "{:.1f}"),
-    ("machine cores", "busy_cores", "{:.2f}"),
+    ("machine cores", "busy_cores", "{:.2f}"), ("others", "others_cores", "{:.2f}"),
 ]  # fmt: skip
 PG: list[Column] = [
     ("workers", "workers", "{}"), ("runs", "runs", "{}"), ("steps", "steps", "{}"),
-    ("failed", "failed", "{}"), ("steps/s", "steps_per_s", "{:.1f}"), ("p50 ms", "p50_ms", "{:.0f}"),
-    ("p99 ms", "p99_ms", "{:.0f}"), ("ratio", "ratio", "{:.2f}"),
+    ("local", "local_steps", "{}"), ("failed", "failed", "{}"), ("steps/s", "steps_per_s", "{:.1f}"),
+    ("p50 ms", "p50_ms", "{:.0f}"), ("p99 ms", "p99_ms", "{:.0f}"), ("ratio", "ratio", "{:.2f}"),
 ]  # fmt: skip
 
 
@@ -34,7 +35,7 @@ def flat(row: dict[str, Any]) -> dict[str, Any]:
         if isinstance(figures, dict) and "cpu_s" in figures:
             out[f"{name}_ms"] = figures["ms_per_step"] if figures["cpu_s"] or name != "server" else None
             out[f"{name}_cores"] = figures["cores"]
-    out["busy_cores"] = cpu.get("busy_cores")
+    out["busy_cores"], out["others_cores"] = cpu.get("busy_cores"), cpu.get("others_cores")
     return out
 
 

@@ -26,8 +26,9 @@ ACTIVITY_COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
 MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
 
 
-def tool_call_times(history: WorkflowHistory, activity_type: str = TOOL_CALL.name) -> list[float]:
-    """The server time of each completion of ``activity_type`` in one execution, in order.
+def completions(history: WorkflowHistory, activity_type: str = TOOL_CALL.name) -> list[tuple[float, bool]]:
+    """The server time of each completion of ``activity_type`` in one execution, in order, and
+    whether it ran as a local activity.
 
     A completion is an ``ActivityTaskCompleted`` of it, or the ``MarkerRecorded`` of a local
     run of it that holds a ``result`` (its ``data`` detail is the SDK core's JSON, which names
@@ -35,24 +36,25 @@ def tool_call_times(history: WorkflowHistory, activity_type: str = TOOL_CALL.nam
     workflow task completion that recorded it, when the step became durable.
     """
     scheduled: set[int] = set()
-    times: list[float] = []
+    out: list[tuple[float, bool]] = []
     for e in history.events:
         if e.event_type == ACTIVITY_SCHEDULED:
             if e.activity_task_scheduled_event_attributes.activity_type.name == activity_type:
                 scheduled.add(e.event_id)
         elif e.event_type == ACTIVITY_COMPLETED:
             if e.activity_task_completed_event_attributes.scheduled_event_id in scheduled:
-                times.append(when(e))
+                out.append((when(e), False))
         elif e.event_type == MARKER and e.marker_recorded_event_attributes.marker_name == LA_MARKER:
             details = e.marker_recorded_event_attributes.details
-            data = details["data"].payloads if "data" in details else []
-            if (
-                "result" in details
-                and data
-                and json.loads(data[0].data).get("activity_type") == activity_type
-            ):
-                times.append(when(e))
-    return times
+            data = details["data"].payloads if "result" in details and "data" in details else []
+            if data and json.loads(data[0].data).get("activity_type") == activity_type:
+                out.append((when(e), True))
+    return out
+
+
+def tool_call_times(history: WorkflowHistory, activity_type: str = TOOL_CALL.name) -> list[float]:
+    """The server time of each completion of ``activity_type`` in one execution (``completions``)."""
+    return [t for t, _local in completions(history, activity_type)]
 
 
 def percentile(values: list[float], q: int) -> float | None:
@@ -63,15 +65,19 @@ def percentile(values: list[float], q: int) -> float | None:
 
 
 def step_figures(chains: list[list[WorkflowHistory]], wall: float) -> dict[str, Any]:
-    """Steps, steps/s and the p50/p99 step latency of the runs' histories (each run's chain)."""
+    """Steps (``local_steps`` of them local activities), steps/s and the p50/p99 step latency
+    of the runs' histories (each run's chain)."""
     gaps: list[float] = []
-    steps = 0
+    steps = local = 0
     for chain in chains:
-        times = sorted(t for h in chain for t in tool_call_times(h))
+        done = [c for h in chain for c in completions(h)]
+        times = sorted(t for t, _ in done)
         steps += len(times)
+        local += sum(is_local for _, is_local in done)
         gaps += [(b - a) * 1000 for a, b in itertools.pairwise(times)]
     return {
         "steps": steps,
+        "local_steps": local,
         "wall_s": round(wall, 2),
         "steps_per_s": round(steps / wall, 2),
         "p50_ms": percentile(gaps, 50),

@@ -1,6 +1,6 @@
-"""``bench/actions.py``'s ``count_actions``: Temporal Cloud's billable actions read from histories.
-
-Each count is checked against the recorded history's own events, counted here one by one.
+"""``bench/actions.py``'s ``count_actions``: Temporal Cloud's billable actions read from histories
+(each count checked against the recorded history's own events, counted here one by one); and
+the server counters ``bench/server_metrics.py`` reads.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 
 from bench.actions import CATEGORIES, count_actions, tool_boundaries
+from bench.server_metrics import counters
 
 HISTORIES = Path(__file__).parent / "histories"
 E = EventType
@@ -159,3 +160,27 @@ def test_a_tool_call_run_as_a_local_activity_is_a_boundary() -> None:
     renamed = tool_boundaries([WorkflowHistory(history.workflow_id, events)])
     assert markers
     assert renamed == tool_boundaries([history]) + len(markers)
+
+
+# lines of a dev server's metrics page (CLI 1.9.1, server 1.32) after one run whose activity
+# heartbeated; the frontend's request count made 7 (it was 6), to tell it from the others
+METRICS_PAGE = """\
+# TYPE action counter
+action{action_type="command_ScheduleActivityTask",namespace="default",operation="RespondWorkflowTaskCompleted",service_name="frontend"} 1
+action{action_type="grpc_RecordActivityTaskHeartbeat",namespace="default",operation="RecordActivityTaskHeartbeat",service_name="frontend"} 6
+action{action_type="grpc_StartWorkflowExecution",namespace="default",operation="StartWorkflowExecution",service_name="frontend"} 1
+action{action_type="grpc_StartWorkflowExecution",namespace="temporal_system",operation="StartWorkflowExecution",service_name="frontend"} 2
+activity_heartbeat_count{has_details="false",namespace="default",operation="RecordActivityTaskHeartbeat",service_name="history"} 6
+service_requests{namespace="default",operation="RecordActivityTaskHeartbeat",service_name="frontend"} 7
+service_requests{namespace="default",operation="RecordActivityTaskHeartbeat",service_name="history"} 6
+service_requests{namespace="default",operation="RecordWorkerHeartbeat",service_name="frontend"} 1
+"""  # noqa: E501
+
+
+def test_the_server_counters_are_read_for_one_namespace() -> None:
+    assert counters(METRICS_PAGE, "default") == {
+        "action:command_ScheduleActivityTask": 1,
+        "action:grpc_RecordActivityTaskHeartbeat": 6,
+        "action:grpc_StartWorkflowExecution": 1,
+        "heartbeats": 7,
+    }

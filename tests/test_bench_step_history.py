@@ -79,7 +79,7 @@ def test_both_kinds_of_completion_count_and_nothing_else() -> None:
     assert tool_call_times(history) == pytest.approx([100.0, 100.2, 100.5])
     assert tool_call_times(history, CHECKPOINT) == pytest.approx([100.21])
     figures = step_figures([[history]], wall=2.0)
-    assert figures["steps"] == 3 and figures["steps_per_s"] == 1.5
+    assert figures["steps"] == 3 and figures["local_steps"] == 1 and figures["steps_per_s"] == 1.5
     assert figures["p50_ms"] == pytest.approx(250.0) and figures["p99_ms"] == pytest.approx(299.0)
 
 
