@@ -95,7 +95,6 @@ CATEGORIES = {
     "nexus": "Nexus operations scheduled or asked to cancel",
 }
 CHANGE_VERSION = "TemporalChangeVersion"  # the SDKs' patch bookkeeping: exempt from billing
-LOCAL_ACTIVITY_MARKER = "core_local_activity"
 SLOW_TOOL = "slow_read"
 # the events that are one action each, by their category (the others are counted below)
 ONE_EACH = {
@@ -173,18 +172,6 @@ def version_upserts(histories: Iterable[WorkflowHistory]) -> int:
     )
 
 
-def tool_boundaries(histories: list[WorkflowHistory]) -> int:
-    """The ``agent.tool_call`` executions completed: activities, and local activities' markers."""
-    done = completed_calls(histories, TOOL_CALL.name)
-    for h in histories:
-        for e in h.events:
-            marker = e.marker_recorded_event_attributes
-            if marker.marker_name == LOCAL_ACTIVITY_MARKER and "result" in marker.details:
-                data = json.loads(marker.details["data"].payloads[0].data)
-                done += data.get("activity_type") == TOOL_CALL.name
-    return done
-
-
 # --- the slow tool and the model that calls it -------------------------------------------
 
 
@@ -253,7 +240,7 @@ async def measure(b: Bench, design: str, n: int, label: str, metrics: str | None
     histories = await fetch_chain(b.client, handle.id)
     after = await settled_counts(metrics, namespace)
     counts = count_actions(histories)
-    boundaries = tool_boundaries(histories)
+    boundaries = completed_calls(histories, TOOL_CALL.name)  # ordinary or local
     row: dict[str, Any] = {
         "tools": label,
         "design": design,

@@ -85,6 +85,7 @@ from bench.reader_setup import (
     workspace_of,
 )
 from bench.runs import CoreLog, call_times, completed_calls, ending, fetch_chain, settle
+from bench.step_phases import phases
 from bench.step_report import report, summarize
 from bench.takeover import measure_takeover
 from durable_agent.activities import AgentActivities
@@ -248,6 +249,7 @@ async def measure(b: Bench, design: str, n: int, details: bool = False) -> dict[
         "wall_s": round(wall, 3),
         "ms_per_step": round(wall * 1000 / max(done, 1), 1),
         "outcome": problem or "ok",
+        "phases": phases(histories, done),
     }
     if design == "ours":
         sink_bytes = await asyncio.to_thread(folder_bytes, b.sink)

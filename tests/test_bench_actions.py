@@ -13,7 +13,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 
-from bench.actions import CATEGORIES, count_actions, tool_boundaries
+from bench.actions import CATEGORIES, count_actions
+from bench.runs import completed_calls
 from bench.server_metrics import counters
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -127,7 +128,7 @@ def test_a_workflow_task_heartbeat_is_an_action() -> None:
     }
 
 
-def test_tool_boundaries_are_completed_tool_calls() -> None:
+def test_the_boundaries_are_the_completed_tool_calls() -> None:
     history = load("agent_run_parallel_v8.json")
     tools = {
         e.event_id
@@ -141,7 +142,7 @@ def test_tool_boundaries_are_completed_tool_calls() -> None:
         if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
         and e.activity_task_completed_event_attributes.scheduled_event_id in tools
     ]
-    assert tool_boundaries([history]) == len(done) == 7
+    assert completed_calls([history], "agent.tool_call") == len(done) == 7
 
 
 def test_a_tool_call_run_as_a_local_activity_is_a_boundary() -> None:
@@ -157,9 +158,9 @@ def test_a_tool_call_run_as_a_local_activity_is_a_boundary() -> None:
     for marker in markers:
         [data] = marker.marker_recorded_event_attributes.details["data"].payloads
         data.data = data.data.replace(b'"agent.checkpoint"', b'"agent.tool_call"')
-    renamed = tool_boundaries([WorkflowHistory(history.workflow_id, events)])
+    renamed = completed_calls([WorkflowHistory(history.workflow_id, events)], "agent.tool_call")
     assert markers
-    assert renamed == tool_boundaries([history]) + len(markers)
+    assert renamed == completed_calls([history], "agent.tool_call") + len(markers)
 
 
 # lines of a dev server's metrics page (CLI 1.9.1, server 1.32) after one run whose activity
