@@ -55,7 +55,7 @@ def build_worker(
 
     Returns:
         A ``Worker`` for ``AgentRun`` and its activities, with the heartbeat throttle
-            (0.5 s) and sticky-queue timeout (2 s) a quick takeover relies on, running
+            (1 s) and sticky-queue timeout (2 s) a quick takeover relies on, running
             workflow code outside Temporal's sandbox.
     """
     return Worker(

@@ -8,6 +8,7 @@ adapter beside it, ``answer`` (``activities/legacy_sessions.py`` lists the legac
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -118,10 +119,12 @@ class ModelCalls:
         session = (await self.log_cache.header(inp.run_id)).session_id  # cached by the conversation's read
         call = call.model_copy(update={"session_id": session})
         gaps = await self.mcp.unavailable(t.name for t in call.tools) if self.mcp else []
-        if not gaps:
-            return await self._answer(provider, model, call, session)
-        response = await self._answer(provider, model, without(call, gaps), session)
-        return response.model_copy(update={"unavailable": tuple(gaps)})
+        if gaps:
+            call = without(call, gaps)
+        response = await self._answer(provider, model, call, session)
+        # the workflow stamps what it records of the answer with this time (``StepClock``)
+        done = {"completed_at_ms": int(time.time() * 1000)}
+        return response.model_copy(update={"unavailable": tuple(gaps), **done} if gaps else done)
 
     async def answer(self, call: ModelCallInput) -> ModelResponse:
         """Ask the model for its next step, on the conversation given whole: the legacy adapter

@@ -130,7 +130,11 @@ class RunPlanner:
         specs = [t.spec for t in self.tools.values()]
         if inp.resume_tools is not None:
             specs = [s for s in specs if s.name in inp.resume_tools]
-        offered = [t.offer(parallel=together(t.name, t.read_only)) for t in offered_tools(specs, permissions)]
+        local = config.tools.local_calls
+        offered = [
+            t.offer(parallel=together(t.name, t.read_only), local=local)
+            for t in offered_tools(specs, permissions)
+        ]
         subagents = self._subagent_plan(run.subagent)
         if subagents is not None and subagents.may_start():
             offered = self._with_task(offered, subagents, permissions)

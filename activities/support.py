@@ -40,7 +40,9 @@ async def heartbeating(awaitable: Awaitable[T], details: Callable[[], object] | 
     if info.is_local:  # a local activity has no heartbeat; its workflow task times it out
         return await awaitable
     timeout = info.heartbeat_timeout
-    interval = timeout.total_seconds() / 4 if timeout else 5.0
+    # half the heartbeat timeout: a worker that died is still noticed one timeout after its last
+    # beat, and an activity of T seconds costs about T / (timeout / 2) billed heartbeats
+    interval = timeout.total_seconds() / 2 if timeout else 5.0
     if details is not None:
         interval = min(interval, LIVE_TEXT_INTERVAL_SECONDS)
     task = asyncio.ensure_future(awaitable)

@@ -21,11 +21,15 @@ from durable_agent.activities.tools.tool import CURRENT_CALL, Tool, ToolContent,
 from durable_agent.activities.workspace_tree import WorkspaceTrees
 from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
 from durable_agent.core.models import ImageBlock, Message
-from durable_agent.core.run_log import StateMissing
+from durable_agent.core.run_log import StateMissing, recorded_result
 from durable_agent.core.tool_specs import ToolCallError, validate_args
 from durable_agent.telemetry_spans import ActivityTelemetry, ToolCallSpan
 
 log = logging.getLogger(__name__)
+
+# How many log entries after a local call's ``recorded_after`` are read to find its output: a
+# lost workflow task stores at most its model message and one boundary per call of the answer.
+RECORDED_LOOKAHEAD = 256
 
 
 @dataclass(eq=False)
@@ -42,6 +46,8 @@ class ToolCalls:
     @activity.defn(name=TOOL_CALL.name)
     async def tool_call(self, inp: ToolCallInput) -> ToolOutput:
         """Run one tool call in the workspace; expected failures become tool errors."""
+        if inp.recorded_after is not None and (recorded := await self._recorded(inp)) is not None:
+            return recorded
         known = inp.name in self.tools
         with self.telemetry.tool_call(inp, known=known) as observed:
             output = await self._tool_call(inp, observed)
@@ -90,8 +96,32 @@ class ToolCalls:
             images = await heartbeating(stage_images(self.store, inp.run_id, content.images))
             content = content.text
         content = self.redact(content)
-        staged = await stage(self.store, inp.run_id, content)
+        # A local call's output goes to the boundary's local activity, whose input the history
+        # does not record: nothing to save by keeping it in the store first.
+        staged = inp.recorded_after is None and await stage(self.store, inp.run_id, content)
         return ToolOutput(content=content, staged=staged, images=images)
+
+    async def _recorded(self, inp: ToolCallInput) -> ToolOutput | None:
+        """The output of a local call whose boundary a lost attempt of the workflow task
+        already stored and exported (``recorded_result``); None on the usual path, where the
+        store holds nothing after ``recorded_after``."""
+        after = inp.recorded_after
+        assert after is not None
+        entries = await self.store.read_log(inp.run_id, after.version, after.version + RECORDED_LOOKAHEAD)
+        found = recorded_result(entries, after, inp.call_id)
+        if found is None:
+            return None
+        log.info(
+            "tool call %s of run %s: its boundary was exported already; output kept", inp.call_id, inp.run_id
+        )
+        block = found.block
+        return ToolOutput(
+            content=block.content,
+            is_error=block.is_error,
+            images=block.images,
+            permission="denied" if found.denied else None,
+            completed_at_ms=found.ended_at_ms,
+        )
 
     async def _staged_arguments(self, inp: ToolCallInput) -> dict[str, Any]:
         """The call's arguments, from the model message the model activity staged."""

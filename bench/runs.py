@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import sys
@@ -12,12 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.models import Message
+
+# The marker a local activity's result is recorded by (sdk-core's name).
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
 
 # What Temporal's history service logs (``service/history/workflow/context.go`` and
 # ``common/util.go``, server 1.2x): "history size exceeds warn limit." (10 MB),
@@ -63,21 +68,37 @@ async def fetch_chain(client: Client, workflow_id: str) -> list[WorkflowHistory]
             return histories
 
 
+def call_times(history: WorkflowHistory, activity_type: str) -> list[float]:
+    """The server time (epoch s) each completed activity of ``activity_type`` was recorded at: an
+    ordinary one's ``ActivityTaskCompleted``, a local one's marker (``MarkerRecorded``, written
+    with the workflow task that ran it), in history order."""
+    scheduled = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+    times: list[float] = []
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            if scheduled.get(e.activity_task_completed_event_attributes.scheduled_event_id) == activity_type:
+                times.append(e.event_time.ToDatetime().timestamp())
+        elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and local_activity_type(e) == activity_type:
+            times.append(e.event_time.ToDatetime().timestamp())
+    return times
+
+
+def local_activity_type(event: HistoryEvent) -> str | None:
+    """The activity type of a local activity's marker (None: another marker)."""
+    marker = event.marker_recorded_event_attributes
+    if marker.marker_name != LOCAL_ACTIVITY_MARKER or "data" not in marker.details:
+        return None
+    data = json.loads(marker.details["data"].payloads[0].data)
+    return str(data.get("activity_type")) if isinstance(data, dict) else None
+
+
 def completed_calls(histories: list[WorkflowHistory], activity_type: str) -> int:
-    count = 0
-    for h in histories:
-        scheduled = {
-            e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
-            for e in h.events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        }
-        count += sum(
-            1
-            for e in h.events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-            and scheduled.get(e.activity_task_completed_event_attributes.scheduled_event_id) == activity_type
-        )
-    return count
+    """How many activities of ``activity_type`` completed over ``histories``, ordinary or local."""
+    return sum(len(call_times(h, activity_type)) for h in histories)
 
 
 def ending(history: WorkflowHistory) -> str:

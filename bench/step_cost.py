@@ -84,9 +84,10 @@ from bench.reader_setup import (
     sink_root,
     workspace_of,
 )
-from bench.runs import CoreLog, completed_calls, ending, fetch_chain, settle
+from bench.runs import CoreLog, call_times, completed_calls, ending, fetch_chain, settle
+from bench.step_phases import phases
 from bench.step_report import report, summarize
-from bench.takeover import COMPLETED, SCHEDULED, measure_takeover, when
+from bench.takeover import measure_takeover
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.sinks import read_export_file
 from durable_agent.client import connect, ensure_search_attributes, exit_process, start_run
@@ -195,22 +196,9 @@ def final_export(root: Path, digest: str | None) -> tuple[int | None, int | None
 
 
 def step_times(histories: list[WorkflowHistory]) -> list[float]:
-    """The server time of each ``agent.tool_call`` completion, in order, over every execution."""
-    times: list[float] = []
-    for h in histories:
-        tools = {
-            e.event_id
-            for e in h.events
-            if e.event_type == SCHEDULED
-            and e.activity_task_scheduled_event_attributes.activity_type.name == TOOL_CALL.name
-        }
-        times += [
-            when(e)
-            for e in h.events
-            if e.event_type == COMPLETED
-            and e.activity_task_completed_event_attributes.scheduled_event_id in tools
-        ]
-    return sorted(times)
+    """The server time of each ``agent.tool_call`` completion (ordinary or local), in order,
+    over every execution."""
+    return sorted(t for h in histories for t in call_times(h, TOOL_CALL.name))
 
 
 def flatness(histories: list[WorkflowHistory], conversation: int | None) -> dict[str, Any]:
@@ -261,6 +249,7 @@ async def measure(b: Bench, design: str, n: int, details: bool = False) -> dict[
         "wall_s": round(wall, 3),
         "ms_per_step": round(wall * 1000 / max(done, 1), 1),
         "outcome": problem or "ok",
+        "phases": phases(histories, done),
     }
     if design == "ours":
         sink_bytes = await asyncio.to_thread(folder_bytes, b.sink)

@@ -40,6 +40,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from bench.reader_setup import workspace_of
+from bench.runs import call_times
 from durable_agent.client import start_run
 from durable_agent.core.activity_api import TOOL_CALL
 from durable_agent.core.run_api import AgentRunInput
@@ -99,18 +100,7 @@ async def executions_since(client: Client, workflow_id: str, since: float) -> li
 
 
 def tool_calls_done(history: WorkflowHistory) -> int:
-    tools = {
-        e.event_id
-        for e in history.events
-        if e.event_type == SCHEDULED
-        and e.activity_task_scheduled_event_attributes.activity_type.name == TOOL_CALL.name
-    }
-    return sum(
-        1
-        for e in history.events
-        if e.event_type == COMPLETED
-        and e.activity_task_completed_event_attributes.scheduled_event_id in tools
-    )
+    return len(call_times(history, TOOL_CALL.name))  # ordinary or local
 
 
 def after_kill(histories: list[WorkflowHistory], killed: float, b: str) -> tuple[float | None, float | None]:

@@ -266,6 +266,10 @@ async def start_run(
         static_summary=summary_of(title),
         static_details=details_of(run),
         task_timeout=task_timeout,
+        # A worker polling this queue on this same client (a host that runs both) gets the run's
+        # first workflow task in the start's answer, without the trip through the task queue.
+        # Elsewhere (the CLI) the SDK does not ask for it.
+        request_eager_start=True,
     )
 
 

@@ -547,6 +547,13 @@ class ToolsConfig(_Strict):
     # the model calls them by (`bash`, `mcp__github__search_code`): only for tools whose calls
     # never depend on one another (two `bash` lines of one answer then run at once).
     parallel: tuple[str, ...] = ()
+    # Run calls of the quick built-in tools (`read`, `ls`, `glob`, `grep`) as local activities:
+    # on the worker within the workflow task, with no task queue round trip, so a step costs one
+    # workflow task. Their outputs are recorded in the history as the other tools' are; a worker
+    # that dies in one times the workflow task out (3 s) and another runs the call again, and a
+    # call whose boundary was already exported gets its recorded output back, not a new one.
+    # Off: every tool call is an ordinary activity.
+    local_calls: bool = True
 
     def runs_together(self, name: str, read_only: bool) -> bool:
         """Whether the calls of the tool ``name`` may run together with the other such calls of

@@ -44,8 +44,9 @@ _SDK_HEARTBEAT_THROTTLE = timedelta(seconds=60)
 _SDK_STICKY_TIMEOUT = timedelta(seconds=10)
 # Heartbeats carry a streaming model call's text to followers, a cancel reaches an activity only
 # on a heartbeat's answer, and a worker that died is noticed a heartbeat timeout (2 s) after its
-# last one: two a second at most.
-HEARTBEAT_THROTTLE = timedelta(seconds=0.5)
+# last one. Each that reaches the server is a billed action on Temporal Cloud: one a second at
+# most, half the timeout (``activities/support.py`` ``heartbeating`` beats as often).
+HEARTBEAT_THROTTLE = timedelta(seconds=1)
 # A run whose worker died moves to another after 2 s, not Temporal's default 10 s.
 STICKY_TIMEOUT = timedelta(seconds=2)
 
@@ -183,7 +184,7 @@ class DurableAgentPlugin(SimplePlugin):
                 the tracing interceptor when traces are on and the client lacks it, the
                 modules of ``PASSED_THROUGH`` (``durable_agent`` and the libraries it builds
                 on) passed through a sandboxed workflow runner, and the heartbeat throttle
-                (0.5 s) and sticky-queue timeout (2 s) where the host left the SDK's defaults.
+                (1 s) and sticky-queue timeout (2 s) where the host left the SDK's defaults.
 
         Raises:
             ConfigError: As ``agent_activities``, the first time.

@@ -17,6 +17,8 @@ histories): ::
     python scripts/record_history.py bounded-prompt tests/histories/agent_run_bounded_prompt_v7.json
     python scripts/record_history.py parallel tests/histories/agent_run_parallel_v8.json
     python scripts/record_history.py hooks tests/histories/agent_run_hooks_v8.json
+    python scripts/record_history.py basic tests/histories/agent_run_v9.json
+    python scripts/record_history.py parallel tests/histories/agent_run_parallel_v9.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -39,6 +41,10 @@ carries ``cancel-waits-for-checkpoint``'s marker without a cancel.) Which histor
 patch's marker is in the ledger, ``workflows/patches.py``.
 
 ``*_v8``: a run with ``[hooks]`` (the ``run-hooks`` patch), its hooks run as ``agent.hook`` activities.
+
+``*_v9``: the quick tools' calls (``read``, ``ls``, ``glob``, ``grep``) are local activities (the plan's
+``ToolOffer.local``, so no patch: a plan from before has none), and the workflow task that takes a
+model answer is stamped with the model activity's completion time (``ModelResponse.completed_at_ms``).
 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the

@@ -7,11 +7,13 @@ import inspect
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 from durable_agent.activities import AgentActivities
@@ -30,6 +32,20 @@ T = TypeVar("T")
 
 def tool_call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
     return {"tool_calls": [{"id": call_id, "name": name, "input": args}]}
+
+
+def activity_calls(events: Iterable[HistoryEvent]) -> list[tuple[str, str]]:
+    """Each activity of a history in order: ``("remote", type)`` where it was scheduled, and
+    ``("local", type)`` at a local activity's marker (a quick tool's call, a checkpoint)."""
+    out: list[tuple[str, str]] = []
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            out.append(("remote", event.activity_task_scheduled_event_attributes.activity_type.name))
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name == "core_local_activity":
+                out.append(("local", json.loads(marker.details["data"].payloads[0].data)["activity_type"]))
+    return out
 
 
 def read_call(call_id: str, file_path: str) -> dict[str, Any]:

@@ -116,12 +116,13 @@ class WorkerProcesses:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self, *command: str) -> subprocess.Popen[bytes]:
+        """A worker process: ``python worker.py``, or ``python COMMAND...`` (a test's own worker)."""
         with self.log.open("ab") as out:
             out.write(f"===== worker {len(self.procs) + 1} =====\n".encode())
             out.flush()
             proc = subprocess.Popen(
-                [sys.executable, "worker.py"],
+                [sys.executable, *(command or ("worker.py",))],
                 cwd=REPO_ROOT,
                 env=self.env,
                 stdout=out,

@@ -308,6 +308,16 @@ def test_compose_file_matches_repository() -> None:
         f"POSTGRES_SEEDS points at {seeds!r}, whose image {database_image!r} is not PostgreSQL"
     )
 
+    # the server's dynamic config: a file of the repository, mounted where the variable says
+    dynamic = temporal.environment.get("DYNAMIC_CONFIG_FILE_PATH")
+    assert dynamic, "temporal has no DYNAMIC_CONFIG_FILE_PATH"
+    [source] = [src for src, target in temporal.volumes if target == dynamic]
+    dynamic_file = REPO_ROOT / source.removeprefix("./")
+    assert dynamic_file.is_file(), f"{source} is not a file of the repository"
+    text = dynamic_file.read_text()
+    for key in ("limit.maxIDLength", "history.transferProcessorMaxPollRPS"):
+        assert f"\n{key}:" in text, f"{source} does not set {key}"
+
     config = worker.environment.get("AGENT_CONFIG")
     assert config, "worker has no AGENT_CONFIG"
     config_path = PurePosixPath(config)

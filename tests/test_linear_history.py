@@ -159,6 +159,8 @@ async def test_a_store_that_cannot_stage_costs_history_bytes_not_the_run(
     client: Client, tmp_path: Path
 ) -> None:
     here, _ = configs(tmp_path)
+    # the tools' calls as ordinary activities, which stage what they return (local ones do not)
+    here = here.model_copy(update={"tools": here.tools.model_copy(update={"local_calls": False})})
     ws = workspace(tmp_path)
     sink = RecordingSink()
     activities = AgentActivities(here, store=NoStaging(tmp_path / "store-a"), sinks={"local": sink})
@@ -238,6 +240,7 @@ async def test_staged_arguments_and_outputs_that_vanish_are_sent_whole(
         tmp_path,
         [tool_call("w1", "write", file_path="f.txt", content=content), read_call("r1", "f.txt"), final("ok")],
         permissions={"allow": ["write(*)", "read(*)"], "default": "deny"},
+        tools={"local_calls": False},  # ordinary activities stage what they return; local ones do not
     )
     ws = tmp_path / "ws"
     ws.mkdir()

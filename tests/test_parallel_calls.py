@@ -36,6 +36,7 @@ from durable_agent.workflows.call_batch import batches, worth_batching
 from durable_agent.workflows.tool_step import Verdict
 from tests.helpers import (
     RecordingSink,
+    activity_calls,
     final,
     read_call,
     running_worker,
@@ -74,11 +75,17 @@ def files(tmp_path: Path, name: str = "workspace") -> Path:
 
 
 async def tool_activities(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, int]]:
-    """The history's tool activity events, in order: ``("scheduled"|"completed", scheduled id)``."""
+    """The history's tool activity events, in order: ``("scheduled"|"completed", scheduled id)``,
+    and ``("local", id of the workflow task completion)`` for a local one's marker."""
     scheduled: set[int] = set()
     out: list[tuple[str, int]] = []
+    task = 0
     async for event in handle.fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            task = event.event_id
+        elif activity_calls([event]) == [("local", TOOL_CALL.name)]:
+            out.append(("local", task))
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             if event.activity_task_scheduled_event_attributes.activity_type.name == TOOL_CALL.name:
                 scheduled.add(event.event_id)
                 out.append(("scheduled", event.event_id))
@@ -135,19 +142,26 @@ async def run_five_reads(client: Client, tmp_path: Path, name: str, **tools: Any
 async def test_five_reads_run_together_and_export_as_one_after_another(
     client: Client, tmp_path: Path
 ) -> None:
-    together, together_sink, together_events = await run_five_reads(client, tmp_path, "on")
-    alone, alone_sink, alone_events = await run_five_reads(client, tmp_path, "off", parallel_calls=False)
-    assert together.status == alone.status == "completed"
+    remote = {"local_calls": False}
+    together, together_sink, together_events = await run_five_reads(client, tmp_path, "on", **remote)
+    alone, alone_sink, alone_events = await run_five_reads(
+        client, tmp_path, "off", parallel_calls=False, **remote
+    )
+    local, local_sink, local_events = await run_five_reads(client, tmp_path, "local")
+    assert together.status == alone.status == local.status == "completed"
     # all five scheduled in one workflow task, before any completed; one after another without
     assert shape(together_events) == "SSSSSCCCCC"
     assert shape(alone_events) == "SC" * 5
+    # as local activities (the default for reads), all five within one workflow task
+    assert shape(local_events) == "LLLLL" and len({task for _, task in local_events}) == 1
     # the same series of exports, turn by turn, digest by digest (times and ids left out)
-    assert [e.descriptor.turn for e in together_sink.exports] == [1, 2, 3, 4, 5]
-    assert [e.descriptor.turn for e in alone_sink.exports] == [1, 2, 3, 4, 5]
+    for sink in (together_sink, alone_sink, local_sink):
+        assert [e.descriptor.turn for e in sink.exports] == [1, 2, 3, 4, 5]
     ours, theirs = export_series(together_sink, together), export_series(alone_sink, alone)
-    assert len(ours) == len(theirs) == 5
-    for turn, (a, b) in enumerate(zip(ours, theirs, strict=True), 1):
-        assert a == b, f"export {turn} differs"
+    inside = export_series(local_sink, local)
+    assert len(ours) == len(theirs) == len(inside) == 5
+    for turn, (a, b, c) in enumerate(zip(ours, theirs, inside, strict=True), 1):
+        assert a == b == c, f"export {turn} differs"
     events = [r.event for r in together_sink.exports[-1].open().source_run().events]
     tools = [(type(e).__name__, e.id) for e in events if isinstance(e, ToolStartEvent | ToolEndEvent)]
     assert tools == [(kind, f"r{i}") for i in range(1, 6) for kind in ("ToolStartEvent", "ToolEndEvent")]
@@ -197,8 +211,11 @@ async def test_a_write_between_reads_runs_alone_in_its_place(client: Client, tmp
         result = await run_result(client, handle.id)
         events = await tool_activities(handle)
     assert result.status == "completed", result.error
-    # r1 and r2 together; the write alone once they are done; then r3 and r4 together
-    assert shape(events) == "SSCC" + "SC" + "SSCC"
+    # r1 and r2 together (local activities, in one workflow task); the write alone once they
+    # are done; then r3 and r4 together, in the task its completion starts
+    assert shape(events) == "LL" + "SC" + "LL"
+    tasks = [task for kind, task in events if kind == "local"]
+    assert tasks[0] == tasks[1] < tasks[2] == tasks[3], events
     run_events = [r.event for r in sink.exports[-1].open().source_run().events]
     ends = [e for e in run_events if isinstance(e, ToolEndEvent)]
     assert [e.id for e in ends] == ["r1", "r2", "w1", "r3", "r4"]

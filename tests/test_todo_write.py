@@ -26,6 +26,7 @@ from durable_agent.core.tool_args import TODO_MAX_ITEMS
 from durable_agent.core.tool_specs import in_workflow_policy, offered_tools
 from tests.helpers import (
     RecordingSink,
+    activity_calls,
     final,
     read_call,
     run_status,
@@ -116,12 +117,7 @@ async def test_the_plan_is_in_status_details_followers_and_exports(client: Clien
     assert not said["t1"].is_error
     assert said["t1"].content.startswith("The plan is saved (3 tasks: 0 completed, 1 in progress, 2 pending)")
     # answered by the workflow: the one tool activity is the read's, and the run replays
-    scheduled = [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-    ]
-    assert scheduled.count(TOOL_CALL.name) == 1
+    assert [name for _, name in activity_calls(history.events)].count(TOOL_CALL.name) == 1
     replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
     assert replay.replay_failure is None, replay.replay_failure
 

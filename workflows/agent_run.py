@@ -66,6 +66,7 @@ from durable_agent.workflows.calls import (
     Cancellation,
     RunCancelled,
     RunFailed,
+    StepClock,
     now_ms,
 )
 from durable_agent.workflows.context_keeper import (
@@ -93,6 +94,8 @@ class AgentRun:
     """Runs one prompt to its end; see the module docstring."""
 
     def __init__(self) -> None:
+        # what the run's records are stamped with (``now_ms``): see ``StepClock``
+        self.clock = StepClock()
         self._cancellation = Cancellation()
         self._calls = CallRunner(self._cancellation)
         # the run's state, once it has one (``Starter`` hands it over): what the queries read
@@ -310,6 +313,7 @@ class AgentRun:
             if not await self._next_request(state):
                 return
             response = await self._model_step(state)
+            self.clock.pin(response.completed_at_ms)
             for gap in response.unavailable:  # an MCP server was down: the model was told so
                 state.journal.emit(
                     ToolsUnavailableEvent(server=gap.server, tools=gap.tools, reason=gap.reason), now_ms()

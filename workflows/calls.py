@@ -45,7 +45,40 @@ class RunFailed(Exception):
 
 
 def now_ms() -> int:
+    """The time (epoch ms) to stamp what the run records now: the workflow's clock, or the time
+    the run's ``StepClock`` holds for the current workflow task."""
+    clock = getattr(workflow.instance(), "clock", None)
+    if isinstance(clock, StepClock):
+        return clock.now_ms()
     return int(workflow.now().timestamp() * 1000)
+
+
+class StepClock:
+    """The run's clock for what it records: the workflow task's time, except in a task that took
+    a model answer, where it is the time the model activity returned (from its recorded result).
+
+    Such a task may export boundaries (local tool calls and the local checkpoint run within
+    it). A worker that dies after an export, before the task completed, leaves the task to run
+    again later, at another workflow time; stamped with the answer's time, it builds the same
+    bytes again, so the boundary is not exported twice with different content. The pin holds
+    while the workflow's time is that of the task it was set in: the next task unpins it.
+    """
+
+    def __init__(self) -> None:
+        self._pinned: tuple[int, float] | None = None  # (the time held, the task's workflow time)
+
+    def pin(self, at_ms: int | None) -> None:
+        """Hold ``at_ms`` for the rest of the current workflow task (None: nothing to hold)."""
+        self._pinned = None if at_ms is None else (at_ms, workflow.now().timestamp())
+
+    def now_ms(self) -> int:
+        task_time = workflow.now().timestamp()
+        if self._pinned is not None:
+            at_ms, pinned_in = self._pinned
+            if pinned_in == task_time:
+                return at_ms
+            self._pinned = None
+        return int(task_time * 1000)
 
 
 def failure_detail(exc: ActivityError) -> str | None:

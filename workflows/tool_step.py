@@ -204,6 +204,8 @@ class ToolStep:
             name=call.name,
             arguments=call.input,
             sink=plan.export_sink,  # where the workspace's tree goes (activities/workspace_tree.py)
+            # a quick tool's call runs as a local activity (see ``ToolCallInput.recorded_after``)
+            recorded_after=state.journal.stored if find_offer(plan.tools, call.name).local else None,
         )
         output = await self._call_tool(state, call, inline, summary)
         if output.permission == "ask" and output.resolved_target is not None:
@@ -244,7 +246,13 @@ class ToolStep:
     ) -> ToolOutput:
         """Run the tool call; with ``inline``, again with it should the staged arguments be missing."""
         try:
-            return await self._calls.run(TOOL_CALL, inp, summary=summary, timeouts=state.plan.timeouts)
+            return await self._calls.run(
+                TOOL_CALL,
+                inp,
+                summary=summary,
+                timeouts=state.plan.timeouts,
+                local=inp.recorded_after is not None,
+            )
         except ActivityError as exc:
             if inline is None or not missing_state(exc)[0]:
                 raise

@@ -93,6 +93,11 @@ class ToolCallInput(Frozen):
     # The run's export sink: a call to a tool that may change files records the workspace as a
     # git tree, whose new objects go to this sink (None: a workflow before this records none).
     sink: str | None = None
+    # A call run as a local activity: the newest log entry the store had acknowledged when the
+    # call was made. A workflow task that runs again after its worker died may find, after it,
+    # the boundary its lost attempt already exported; the call then returns the output recorded
+    # there, so the boundary is exported once, with the same bytes (``recorded_output``).
+    recorded_after: LogRef | None = None
 
 
 class ToolOutput(Frozen):

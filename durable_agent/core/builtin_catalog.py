@@ -81,6 +81,7 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
             ReadArgs,
             "file_path",
             read_only=True,
+            quick=True,
         ),
         ToolSpec(
             "ls",
@@ -89,6 +90,7 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
             LsArgs,
             "path",
             read_only=True,
+            quick=True,
         ),
         ToolSpec(
             "write",
@@ -153,6 +155,7 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
             GlobArgs,
             "pattern",
             read_only=True,
+            quick=True,
         ),
         ToolSpec(
             "grep",
@@ -166,6 +169,7 @@ BUILTIN_TOOLS: dict[str, ToolSpec] = {
             "pattern",
             target_is_path=False,
             read_only=True,
+            quick=True,
         ),
         ToolSpec(
             "bash",

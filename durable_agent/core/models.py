@@ -263,6 +263,11 @@ class ModelResponse(Frozen):
     staged: bool = False
     # the run's tools left out of this step's request (their MCP server was down)
     unavailable: tuple[ToolsUnavailable, ...] = ()
+    # When the model activity returned (epoch ms): the workflow stamps what it records in the
+    # workflow task that takes the answer with it (``workflows/calls.py`` ``StepClock``), so that
+    # a task run again after its worker died records the same times. None: an answer recorded
+    # before the field existed, stamped with the workflow's clock as it was.
+    completed_at_ms: int | None = None
 
 
 class ToolDefinition(Frozen):

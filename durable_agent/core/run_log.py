@@ -25,7 +25,7 @@ from pydantic import Field
 
 from durable_agent.core.canonical import canonical_bytes, digest_of, sha256_digest
 from durable_agent.core.errors import DurableAgentError
-from durable_agent.core.events import ContextCompactedEvent, EventRecord
+from durable_agent.core.events import ContextCompactedEvent, EventRecord, PermissionDeniedEvent, ToolEndEvent
 from durable_agent.core.export import (
     CapabilityBinding,
     CheckpointPayload,
@@ -266,6 +266,49 @@ class RunLog:
             )
         messages.extend(pending.messages)
         return messages
+
+
+class RecordedResult(Frozen):
+    """A tool call's result as a run's log holds it (``recorded_result``)."""
+
+    block: ToolResultBlock
+    ended_at_ms: int  # its ``tool_end`` event's time
+    denied: bool = False  # refused by the path it resolves to (a ``permission_denied`` event)
+
+
+def recorded_result(entries: Sequence[LogEntry], after: LogRef, call_id: str) -> RecordedResult | None:
+    """The result of call ``call_id`` in the entries stored after ``after``.
+
+    Entries that follow the newest one a workflow knows the store holds can only come from a
+    lost attempt of its current workflow task (a worker that died after the boundary was
+    exported, before the task completed). A local tool call run again in that task returns the
+    result recorded there, so its boundary is built again with the same bytes
+    (``ToolCallInput.recorded_after``).
+
+    Args:
+        entries: the run's log entries after ``after``, in order.
+        after: the newest entry the workflow knew the store held.
+        call_id: the call's id.
+
+    Returns:
+        The call's result, or None when the entries do not follow ``after`` or hold no result
+        of the call.
+    """
+    if not entries or entries[0].version != after.version + 1 or entries[0].parent != after.digest:
+        return None
+    block: ToolResultBlock | None = None
+    ended_at: int | None = None
+    denied = False
+    for entry in entries:
+        block = next((b for b in entry.delta.results() if b.tool_use_id == call_id), block)
+        for record in entry.delta.events:
+            event = record.event
+            denied = denied or (isinstance(event, PermissionDeniedEvent) and event.id == call_id)
+            if isinstance(event, ToolEndEvent) and event.id == call_id:
+                ended_at = record.timestamp_ms
+    if block is None or ended_at is None:
+        return None
+    return RecordedResult(block=block, ended_at_ms=ended_at, denied=denied)
 
 
 def unanswered_calls(messages: Sequence[Message]) -> list[ToolUseBlock]:

@@ -71,13 +71,17 @@ class ToolSpec:
     # Whether a call only reads (changes nothing anywhere): the calls of one answer to such
     # tools may run together (``ToolOffer.parallel``).
     read_only: bool = False
+    # Whether a call only reads the workspace and is done in moments (``read``, ``ls``, ``glob``,
+    # ``grep``): it may run as a local activity, within the workflow task (``ToolOffer.local``).
+    quick: bool = False
 
-    def offer(self, *, parallel: bool | None = None) -> ToolOffer:
+    def offer(self, *, parallel: bool | None = None, local: bool = False) -> ToolOffer:
         """The tool as the workflow offers it to the model.
 
         Args:
             parallel: whether its calls may run together with the answer's other such calls
                 (default: whether the tool only reads).
+            local: whether its calls run as local activities (only a ``quick`` tool's do).
 
         Returns:
             The offer.
@@ -97,6 +101,7 @@ class ToolSpec:
             targets_from=self.targets_from,
             in_workflow=self.in_workflow,
             parallel=self.read_only if parallel is None else parallel,
+            local=local and self.quick,
         )
 
 
@@ -121,8 +126,13 @@ class ToolOffer(Sparse):
     # False in plans made before the field existed, so their runs replay one call at a time;
     # left out of the JSON when False.
     parallel: bool = False
+    # Whether its calls run as local activities: on the worker within the workflow task, with no
+    # task queue round trip and no activity events (``workflows/tool_step.py``; the worker's
+    # ``[tools] local_calls``). False in plans made before the field existed, so their runs
+    # replay with ordinary activities; left out of the JSON when False.
+    local: bool = False
 
-    left_out_at_default = ("targets_from", "in_workflow", "parallel")
+    left_out_at_default = ("targets_from", "in_workflow", "parallel", "local")
 
 
 def permission_targets(
