@@ -144,8 +144,10 @@ class AgentActivities:
         # the [mcp.*] servers: their tools join ``self.tools`` once listed
         self.mcp = McpCatalog(config.mcp, self.tools)
         # the parts, sharing the pieces above (the same dicts: a tool added later is seen)
+        # a run's plan and its model steps ask the catalog only when there are servers
+        mcp = self.mcp if config.mcp else None
         self.planner = RunPlanner(
-            config, self.providers, self.tools, self.sinks, self.mcp, workspace_trees=self.workspace_trees
+            config, self.providers, self.tools, self.sinks, mcp, workspace_trees=self.workspace_trees
         )
         self.model_calls = ModelCalls(
             self.providers,
@@ -153,7 +155,7 @@ class AgentActivities:
             self.store,
             self.redact,
             self.telemetry,
-            self.mcp,
+            mcp,
             takes_images=lambda model: takes_images(config, model),
         )
         self.tool_calls = ToolCalls(self.tools, self.store, self.redact, self.telemetry, self.workspace_trees)

@@ -147,7 +147,7 @@ async def test_kill_9_after_a_local_reads_export_keeps_its_output(client: Client
         assert changed.read_text() != original, "the first worker did not die where it should"
         assert len(export_files(sink_root)) == 2
         second = procs.start()
-        result = await check_recovered_run(handle, sink_root, first.pid, second.pid)
+        result = await check_recovered_run(handle, sink_root, (first.pid, second.pid))
         log = procs.log_text()
     assert "its boundary was exported already" in log
     # the conversation holds what the read returned before the kill, as turn 2's export does

@@ -93,8 +93,8 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_continued_v5.json agent_run_conversation_v3.json agent_run_conversation_v4.json",
             "agent_run_conversation_v5.json agent_run_guarded_v2.json agent_run_guarded_v4.json",
             "agent_run_guarded_v5.json agent_run_hooks_v8.json agent_run_parallel_v8.json",
-            "agent_run_reasoning_v6.json agent_run_shell_unseen_v7.json agent_run_v2.json agent_run_v4.json",
-            "agent_run_v5.json",
+            "agent_run_parallel_v9.json agent_run_reasoning_v6.json agent_run_shell_unseen_v7.json",
+            "agent_run_v2.json agent_run_v4.json agent_run_v5.json agent_run_v9.json",
         ),
         old_branch=("agent_run_approval_v1.json", "agent_run_continued_v1.json", "agent_run_v1.json"),
     ),
@@ -113,8 +113,8 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_continued_v4-last.json agent_run_continued_v4.json agent_run_continued_v5-last.json",
             "agent_run_continued_v5.json agent_run_conversation_v4.json agent_run_conversation_v5.json",
             "agent_run_guarded_v4.json agent_run_guarded_v5.json agent_run_hooks_v8.json",
-            "agent_run_parallel_v8.json agent_run_reasoning_v6.json agent_run_shell_unseen_v7.json",
-            "agent_run_v4.json agent_run_v5.json",
+            "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
+            "agent_run_shell_unseen_v7.json agent_run_v4.json agent_run_v5.json agent_run_v9.json",
         ),
         old_branch=listed(
             "agent_run_approval_v1.json agent_run_approval_v2.json agent_run_approval_v3.json",
@@ -136,7 +136,7 @@ LEDGER: tuple[Patch, ...] = (
         asked=f"at a boundary without a tool activity's time, under {ONE_CHECKPOINT_PATCH}",
         histories=listed(
             "agent_run_approval_v5.json agent_run_guarded_v5.json agent_run_shell_unseen_v7.json",
-            "agent_run_v5.json",
+            "agent_run_v5.json agent_run_v9.json",
         ),
         old_branch=listed(
             "agent_run_approval_v4.json agent_run_compacted_v4.json agent_run_continued_v4-last.json",
@@ -168,7 +168,8 @@ LEDGER: tuple[Patch, ...] = (
         asked=f"at every boundary checkpointed by agent.checkpoint, under {ONE_CHECKPOINT_PATCH}",
         histories=listed(
             "agent_run_cancel_checkpoint_v7.json agent_run_hooks_v8.json agent_run_parallel_v8.json",
-            "agent_run_reasoning_v6.json agent_run_shell_unseen_v7.json",
+            "agent_run_parallel_v9.json agent_run_reasoning_v6.json agent_run_shell_unseen_v7.json",
+            "agent_run_v9.json",
         ),
     ),
     Patch(
@@ -219,6 +220,6 @@ LEDGER: tuple[Patch, ...] = (
             "only for an answer with two consecutive calls to such tools, or two calls a rule may "
             "send to a person, all with different ids (workflows/call_batch.py)"
         ),
-        histories=("agent_run_parallel_v8.json",),
+        histories=("agent_run_parallel_v8.json", "agent_run_parallel_v9.json"),
     ),
 )

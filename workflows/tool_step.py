@@ -193,7 +193,8 @@ class ToolStep:
         """
         plan = state.plan
         summary = call_summary(call, target)
-        if (refused := await self._hooks.before_tool(state, call)) is not None:
+        hooked = not plan.hooks.empty  # a run without [hooks] does not call in (``hook_runner.py``)
+        if hooked and (refused := await self._hooks.before_tool(state, call)) is not None:
             return refused  # a pre_tool_use hook blocked it: the tool does not run
         self._display.details(f"running `{summary}`", state)
         inline = ToolCallInput(
@@ -226,7 +227,7 @@ class ToolStep:
             at_ms = output.completed_at_ms or now_ms()
             state.journal.emit(PermissionDeniedEvent(id=call.id, name=call.name, reason=content), at_ms)
             return ToolOutput(content=content, is_error=True, completed_at_ms=output.completed_at_ms)
-        return await self._hooks.after_tool(state, call, output)
+        return await self._hooks.after_tool(state, call, output) if hooked else output
 
     async def _call_tool(
         self, state: LoopState, call: ToolUseBlock, inline: ToolCallInput, summary: str
