@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from temporalio import workflow
 
@@ -110,6 +111,7 @@ def batches(verdicts: Sequence[Verdict], refused: Sequence[bool]) -> list[list[i
     return groups
 
 
+@dataclass
 class CallBatches:
     """Runs the tool calls of each model answer, each followed by its tool boundary.
 
@@ -121,19 +123,11 @@ class CallBatches:
         display: the run's details in the UI.
     """
 
-    def __init__(
-        self,
-        step: ToolStep,
-        log: LogKeeper,
-        starter: Starter,
-        cancellation: Cancellation,
-        display: RunDisplay,
-    ) -> None:
-        self._step = step
-        self._log = log
-        self._starter = starter
-        self._cancellation = cancellation
-        self._display = display
+    _step: ToolStep
+    _log: LogKeeper
+    _starter: Starter
+    _cancellation: Cancellation
+    _display: RunDisplay
 
     async def run(self, state: LoopState, calls: list[ToolUseBlock]) -> None:
         """Run one model answer's calls (or those of it still due) and record each in order.

@@ -92,23 +92,18 @@ class Verdict:
         return f"permission denied: {shown} is not allowed by the run's permissions"
 
 
+@dataclass
 class ToolStep:
     """Judges, asks about and runs the run's tool calls (see the module docstring)."""
 
-    def __init__(
-        self,
-        calls: CallRunner,
-        cancellation: Cancellation,
-        display: RunDisplay,
-        approvals: ApprovalBook,
-        hooks: HookRunner,
-    ) -> None:
-        self._calls = calls
-        self._cancellation = cancellation
-        self._display = display
-        self._approvals = approvals
-        self._hooks = hooks
-        self._subagents = SubagentRunner(cancellation, display)  # ``task`` calls: child runs
+    _calls: CallRunner
+    _cancellation: Cancellation
+    _display: RunDisplay
+    _approvals: ApprovalBook
+    _hooks: HookRunner
+
+    def __post_init__(self) -> None:
+        self._subagents = SubagentRunner(self._cancellation, self._display)  # ``task`` calls: child runs
 
     async def step(self, state: LoopState, call: ToolUseBlock) -> ToolOutput:
         """Run one call, or explain to the model why it did not run.

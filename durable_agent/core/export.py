@@ -130,17 +130,24 @@ class LoopCheckpoint(Frozen):
 
 
 class RunSnapshot(Frozen):
+    """One run of the session as an export shows it (``docs/checkpoint-export-v1.md``)."""
+
     id: str
+    """The run's id (the workflow's ``run_id`` of its input, not Temporal's)."""
     session_id: str
     status: RunStatus
+    """``running``, or how it ended (``TERMINAL_STATUSES``)."""
     prompt: str
     capability_binding: CapabilityBinding
+    """The tools, rules and instruction files it was bound to, with their digest."""
     created_at_ms: int
     updated_at_ms: int
+    """Workflow time (epoch ms) of its start and of its newest event."""
     event_count: int
     result_text: str | None = None
     error: str | None = None
     resumed_from: ResumedFrom | None = None
+    """The export it went on from, for a resumed run."""
 
     @property
     def is_terminal(self) -> bool:
