@@ -39,13 +39,23 @@ def activity_calls(events: Iterable[HistoryEvent]) -> list[tuple[str, str]]:
     ``("local", type)`` at a local activity's marker (a quick tool's call, a checkpoint)."""
     out: list[tuple[str, str]] = []
     for event in events:
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            out.append(("remote", event.activity_task_scheduled_event_attributes.activity_type.name))
-        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
-            marker = event.marker_recorded_event_attributes
-            if marker.marker_name == "core_local_activity":
-                out.append(("local", json.loads(marker.details["data"].payloads[0].data)["activity_type"]))
+        name = activity_type_of(event)
+        if name:
+            local = event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+            out.append(("local" if local else "remote", name))
     return out
+
+
+def activity_type_of(event: HistoryEvent) -> str:
+    """The activity type an event schedules (an ordinary activity) or records (a local one's
+    marker); "" for any other event."""
+    if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        return event.activity_task_scheduled_event_attributes.activity_type.name
+    marker = event.marker_recorded_event_attributes
+    local = marker.marker_name == "core_local_activity"
+    if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and local:
+        return str(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
+    return ""
 
 
 def read_call(call_id: str, file_path: str) -> dict[str, Any]:

@@ -114,7 +114,9 @@ async def test_a_denial_reaches_the_model_with_its_reason(client: Client, tmp_pa
 async def test_unknown_or_repeated_decisions_are_rejected_before_history(
     client: Client, tmp_path: Path
 ) -> None:
-    config = scripted_config(tmp_path, [tool_call("l1", "ls", path="."), final()], permissions=PERMISSIONS)
+    # the answer after the call takes a while: the run is still there for the repeated decision
+    slow_final = {**final(), "delay_ms": 3000}
+    config = scripted_config(tmp_path, [tool_call("l1", "ls", path="."), slow_final], permissions=PERMISSIONS)
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, workspace(tmp_path))
         await awaiting_approval(handle)

@@ -20,6 +20,7 @@ from durable_agent.core.tool_specs import ToolArgs, ToolSpec
 from tests.helpers import (
     BlockingSink,
     RecordingSink,
+    activity_type_of,
     final,
     read_call,
     running_worker,
@@ -223,7 +224,7 @@ async def test_a_cancelled_run_ends_canceled_after_its_record_and_last_export(
     )
     assert (status.status, status.exports_delivered) == ("cancelled", 1)
     assert [e.descriptor.turn for e in sink.exports] == [1]
-    types = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events]
+    types = [activity_type_of(e) for e in history.events]  # ordinary or local
     kinds = [e.WhichOneof("attributes") for e in history.events]
     finished = types.index("agent.finish_run")
     requested = kinds.index("workflow_execution_cancel_requested_event_attributes")

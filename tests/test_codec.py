@@ -388,14 +388,17 @@ def decoded_texts(answer: httpx.Response) -> list[bytes]:
 def history_request(run: RecordedRun, codec: AesGcmCodec) -> tuple[dict[str, object], dict[str, object]]:
     """The run's input (the prompt) and the tool call's result, as the UI sends payloads."""
     started = run.history.events[0].workflow_execution_started_event_attributes.input
-    tool_result = next(
+    # an ordinary activity's result, or a local activity's (a quick tool's), in its marker
+    results = [
         e.activity_task_completed_event_attributes.result
+        if e.HasField("activity_task_completed_event_attributes")
+        else e.marker_recorded_event_attributes.details["result"]
         for e in run.history.events
         if e.HasField("activity_task_completed_event_attributes")
-        and any(
-            TOOL_MARKER.encode() in codec.decrypt(p).data
-            for p in e.activity_task_completed_event_attributes.result.payloads
-        )
+        or "result" in e.marker_recorded_event_attributes.details
+    ]
+    tool_result = next(
+        r for r in results if any(TOOL_MARKER.encode() in codec.decrypt(p).data for p in r.payloads)
     )
     return json_format.MessageToDict(started), json_format.MessageToDict(tool_result)
 
