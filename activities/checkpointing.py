@@ -213,6 +213,8 @@ class RunLogs:
             header = await self.log_cache.header(inp.log.run_id)
             run_log = await self.log_cache.read(inp.log)
         except StateMissing as exc:
+            if await self._finished_before(inp):
+                return
             raise state_missing(exc) from None
         events = (*run_log.events, *inp.events)
         result_text = inp.result_text
@@ -221,6 +223,14 @@ class RunLogs:
             result_text = texts[-1] if texts else None
         snapshot = run_snapshot(header, events, inp.status, inp.updated_at_ms, result_text, inp.error)
         await self.keep_record(RunRecord(snapshot=snapshot, events=events))
+
+    async def _finished_before(self, inp: FinishRunInput) -> bool:
+        """Whether an earlier attempt of this finish kept the run's record (and then dropped its
+        log, timing out before it could say so)."""
+        if inp.session_id is None:
+            return False
+        records = await self.store.load_run_records(inp.session_id)
+        return any(r.snapshot.id == inp.log.run_id and r.snapshot.status == inp.status for r in records)
 
     async def keep_record(self, record: RunRecord) -> None:
         """Keep an ended run's record in its session, then drop its log."""

@@ -8,13 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from durable_agent import AgentActivities
 from durable_agent.activities.sinks import read_export_file
 from durable_agent.client import run_result, start_run
-from durable_agent.core.activity_api import MODEL_CALL, TOOL_CALL
+from durable_agent.core.activity_api import MODEL_CALL, TOOL_CALL, FinishRunInput
 from durable_agent.core.events import EventRecord, PermissionDeniedEvent, ToolEndEvent
 from durable_agent.core.models import Message, TextBlock, ToolResultBlock
 from durable_agent.core.run_api import AgentRunInput
@@ -81,6 +84,33 @@ async def test_a_read_runs_as_a_local_activity_and_a_step_is_one_workflow_task(
     ours = result.exports[-1]
     theirs = off.exports[-1]
     assert ours.turn == theirs.turn == 3
+
+
+async def test_a_finish_run_again_after_it_kept_the_record_is_done(client: Client, tmp_path: Path) -> None:
+    # agent.finish_run (a local activity) keeps the record, drops the log, then times out: the
+    # attempt after it finds no log, and the record kept is the answer
+    ws = workspace_with(tmp_path / "ws", {"f1.txt": "file 1\n"})
+    config = scripted_config(tmp_path, [read_call("r1", "f1.txt"), final("read it")])
+    acts = AgentActivities(config)
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, ws, "read a file")
+        result = await run_result(client, handle.id)
+    assert result.status == "completed"
+    again = FinishRunInput(
+        log=LogRef(run_id=result.run_id, version=3, digest=GENESIS),
+        events=(),
+        status="completed",
+        updated_at_ms=0,
+        session_id=result.session_id,
+    )
+    env = ActivityEnvironment()
+    assert await env.run(acts.run_logs.finish_run, again) is None
+    # another end than the one kept is not this finish: the log is missing, as it says
+    with pytest.raises(ApplicationError, match=r"no header"):
+        await env.run(acts.run_logs.finish_run, again.model_copy(update={"status": "failed"}))
+    # a workflow before the field existed sends no session: nothing to look in
+    with pytest.raises(ApplicationError):
+        await env.run(acts.run_logs.finish_run, again.model_copy(update={"session_id": None}))
 
 
 def entry(version: int, parent: str, delta: LogDelta) -> LogEntry:

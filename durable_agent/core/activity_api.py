@@ -221,6 +221,9 @@ class FinishRunInput(Frozen):
     # The result text is the last ``text_delta`` event's text in ``events``: sent once, not twice,
     # so that a long final answer fits the payload limit.
     result_is_last_text: bool = False
+    # The run's session: an attempt that finds the log gone looks there for the record an earlier
+    # attempt kept (it finished, then timed out), and is done (None: a workflow before this).
+    session_id: str | None = None
 
 
 class ExportInput(Frozen):

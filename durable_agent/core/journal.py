@@ -254,6 +254,7 @@ class RunJournal:
             result_text=None if in_events else result_text or None,
             error=error,
             result_is_last_text=in_events,
+            session_id=self.plan.session_id,
         )
 
     # --- what the model's requests hold of the log ---------------------------------
