@@ -24,6 +24,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 SPY_RATE = 100  # py-spy samples a second
 # frames on every stack (the event loop, the thread pool): left out of the "total" ranking
 PLUMBING = ("asyncio/", "threading.py", "concurrent/futures/thread.py", "<module>")
+OURS = ("durable_agent/", "bench/")  # the project's frames (activities and workflows are linked in)
 
 
 def _stat_fields(path: Path) -> tuple[str, list[str]] | None:
@@ -167,10 +168,12 @@ class Sampler:
 
 def top_functions(raw: str, k: int = 10) -> dict[str, Any]:
     """The ``k`` functions most often on top of the stack (``own``) and anywhere in it
-    (``total``, the event loop's and thread pool's frames left out), as shares of the samples,
+    (``total``, the event loop's and thread pool's frames left out; ``ours``: the project's
+    functions only), as shares of the samples,
     from ``py-spy record --format raw`` output (a ``frame;...;leaf count`` line a stack)."""
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
+    ours: Counter[str] = Counter()
     samples = 0
     for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
@@ -180,13 +183,17 @@ def top_functions(raw: str, k: int = 10) -> dict[str, Any]:
         samples += int(count)
         own[frames[-1]] += int(count)
         for frame in set(frames):
-            if not any(p in frame for p in PLUMBING):
-                total[frame] += int(count)
+            if any(p in frame for p in PLUMBING):
+                continue
+            total[frame] += int(count)
+            if any(f"({p}" in frame for p in OURS):
+                ours[frame] += int(count)
     share = max(samples, 1)
     return {
         "samples": samples,
         "own": [(f, round(n / share, 3)) for f, n in own.most_common(k)],
         "total": [(f, round(n / share, 3)) for f, n in total.most_common(k)],
+        "ours": [(f, round(n / share, 3)) for f, n in ours.most_common(k)],
     }
 
 

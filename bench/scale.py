@@ -22,7 +22,9 @@ runs of ``--steps`` steps started at once. Printed per row:
 * ``steps``: tool calls completed, ``local`` of them as local activities
   (``[tools] local_calls``; ``--remote-tools`` turns it off for ours);
   ``steps/s``: steps over the wall seconds from the first start to the last
-  result; ``failed``: runs that did not complete;
+  result; ``failed``: runs that did not complete; ``trouble``: workflow tasks
+  and activities that timed out or failed (a timed-out workflow task is run
+  again: a slow step and more CPU);
 * ``p50 ms`` / ``p99 ms``: step latency, the server time between consecutive
   tool-call completions within a run (an ``ActivityTaskCompleted`` of
   ``agent.tool_call``, or the ``MarkerRecorded`` of a local ``agent.tool_call``:
@@ -38,10 +40,12 @@ runs of ``--steps`` steps started at once. Printed per row:
   which share one GIL; ``tokio-*``: the SDK core's).
 
 At C = ``--profile-at`` (ours only), ``py-spy record --gil --nonblocking``
-(``--py-spy``, default: on PATH) samples the worker for ``--profile-seconds``:
+(``--py-spy``, default: on PATH) samples the worker for ``--profile-seconds``
+from the first start (so the C runs' own starts weigh in, ``resolve_run``):
 the 10 functions most often on top of the stack of the thread holding the GIL
-(``own``) and anywhere in it (``total``, less the event loop's frames), as
-shares of the samples; ``gil busy`` = samples over rate x seconds, roughly how
+(``own``) and anywhere in it (``total``, less the event loop's frames; ``ours``:
+the project's functions only), as shares of the samples (``--profile-raw``
+keeps py-spy's stacks); ``gil busy`` = samples over rate x seconds, roughly how
 much of the time some thread held the GIL (near 1: the interpreter is the
 limit). py-spy's own CPU is printed: it is in ``machine``, not in ``worker``.
 
@@ -61,6 +65,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -68,6 +73,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -86,7 +92,7 @@ from bench.runs import fetch_chain
 from bench.scale_report import print_report
 from bench.scale_worker import reader_bench
 from bench.step_cost import Bench, free_port, interrupt, start_naive, start_ours
-from bench.step_history import step_figures, wft_by_worker
+from bench.step_history import step_figures, trouble, wft_by_worker
 from bench.takeover import kill, wait_ready
 from durable_agent.client import ensure_search_attributes, exit_process
 from durable_agent.devserver import start_dev_server, stop_dev_server
@@ -127,13 +133,26 @@ def spawn(s: Setup, identity: str, design: str, slots: int, log: IO[bytes]) -> s
     return subprocess.Popen(args + flags, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Close the worker's standard input (it stops), wait up to 15 s, then kill it."""
+def drain(proc: subprocess.Popen[bytes], log: IO[bytes]) -> threading.Thread:
+    """Copy the rest of the worker's standard output to ``log``, in a thread of its own. The SDK
+    core writes its warnings there: a pipe nobody reads fills up (64 KB) and the core's thread
+    that writes to it blocks, and with it the worker (it stops polling, its runs wait)."""
+    assert proc.stdout is not None
+    thread = threading.Thread(target=shutil.copyfileobj, args=(proc.stdout, log), daemon=True)
+    thread.start()
+    return thread
+
+
+def stop(proc: subprocess.Popen[bytes], drained: threading.Thread | None) -> None:
+    """Close the worker's standard input (it stops), wait up to 15 s (and for ``drained`` to copy
+    the last of its output), then kill it."""
     if proc.stdin is not None:
         with contextlib.suppress(OSError):
             proc.stdin.close()
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(15)
+    if drained is not None:
+        drained.join(5)
     kill(proc)
 
 
@@ -195,7 +214,8 @@ async def batch(s: Setup, job: Batch, procs: list[subprocess.Popen[bytes]]) -> d
     spy = None
     if job.profile:
         seconds = s.args.profile_seconds
-        spy = asyncio.ensure_future(py_spy(s.args.py_spy, procs[0].pid, seconds, b.base / "spy.txt"))
+        raw = s.args.profile_raw or b.base / "spy.txt"
+        spy = asyncio.ensure_future(py_spy(s.args.py_spy, procs[0].pid, seconds, raw))
     started = time.perf_counter()
     handles = list(await asyncio.gather(*(start(b, job.steps, b.queue) for _ in range(job.runs))))
     problems = await finish(handles, s.args.limit)
@@ -209,7 +229,7 @@ async def batch(s: Setup, job: Batch, procs: list[subprocess.Popen[bytes]]) -> d
     row |= {"failed": len(failed), "failures": failed[:3], "warm_up": warm[0] or "ok"}
     for name in groups:
         cpu[name]["ms_per_step"] = round(cpu[name]["cpu_s"] * 1000 / max(row["steps"], 1), 2)
-    row |= {"cpu": cpu, "wft_by_worker": wft_by_worker(chains)}
+    row |= {"cpu": cpu, "wft_by_worker": wft_by_worker(chains), "trouble": trouble(chains)}
     if spy is not None:
         row["profile"] = await spy
     print(
@@ -224,16 +244,18 @@ async def on_workers(s: Setup, job: Batch) -> dict[str, Any]:
     s.b.queue = f"scale-{job.design}-{job.runs}-{uuid.uuid4().hex[:6]}"
     slots = s.args.slots or max(100, job.runs)
     procs: list[subprocess.Popen[bytes]] = []
+    drains: list[threading.Thread] = []
     with open(s.b.base / "workers.log", "ab") as log:
         try:
             for i in range(job.workers):
                 identity = f"{s.b.queue}-w{i}"
                 procs.append(spawn(s, identity, job.design, slots, log))
                 await wait_ready(procs[-1], identity)
+                drains.append(drain(procs[-1], log))
             row = await batch(s, job, procs)
         finally:
-            for proc in procs:
-                stop(proc)
+            for proc, thread in itertools.zip_longest(procs, drains):
+                stop(proc, thread)
     return row | {"slots": slots}
 
 
@@ -302,6 +324,7 @@ async def main() -> int:
     parser.add_argument(
         "--py-spy", default=shutil.which("py-spy"), help="the py-spy program (default: on PATH)"
     )
+    parser.add_argument("--profile-raw", type=Path, help="keep py-spy's raw stacks in this file")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds a batch of runs may take")
     parser.add_argument("--server-pid", type=int, help="the Temporal server's pid, with TEMPORAL_ADDRESS")
     parser.add_argument("--json", action="store_true", help="also everything as one JSON line")

@@ -53,7 +53,7 @@ def print_profile(profile: dict[str, Any]) -> None:
         f"\npy-spy of ours' worker (the thread holding the GIL): {profile['samples']} samples, "
         f"gil busy ~{profile['gil_busy']:.2f}, py-spy's own CPU {profile['py_spy_cpu_s']} s"
     )
-    for kind in ("own", "total"):
+    for kind in ("own", "total", "ours"):
         print(f"  top functions ({kind}):")
         for name, share in profile[kind]:
             print(f"    {share * 100:5.1f} %  {name}")
@@ -66,6 +66,9 @@ def print_report(out: dict[str, Any]) -> None:
     size = f"{args['file_bytes']:,} B"
     print(f"\nphase 1: one worker process, C runs of {args['steps']} steps at once (a read of {size} a step)")
     table(rows, STEPS)
+    for r in rows:
+        if r["trouble"]:
+            print(f"  {r['design']} C={r['runs']}: trouble: {r['trouble']}")
     failures = [f for r in rows for f in r["failures"]]
     if failures:
         print("  failures (first of each row):", "; ".join(failures[:6]))
@@ -89,6 +92,8 @@ def print_report(out: dict[str, Any]) -> None:
         table(runs, CPU)
         for r in runs:
             print(f"  {r['workers']} worker(s): workflow tasks by worker: {r['wft_by_worker']}")
+            if r["trouble"]:
+                print(f"  {r['workers']} worker(s): trouble: {r['trouble']}")
     before, after = out["load_before"], out["load_after"]
     print(f"\nload average before {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}, after "
           f"{after[0]:.2f} {after[1]:.2f} {after[2]:.2f} ({out['cores']} cores)")  # fmt: skip

@@ -14,13 +14,15 @@ of at least N. ``--postgres`` puts the store and the sink on the PostgreSQL
 server that ``BENCH_PG_DSN`` names (``bench/pg_cost.py``'s ``on_postgres``);
 ``--remote-tools`` runs every tool call as an ordinary activity (``[tools]
 local_calls = false``; by default the quick built-in tools run as local ones).
-It prints ``ready`` once it polls and runs until its standard input closes.
+It prints ``ready`` once it polls and runs until its standard input closes;
+``SIGUSR1`` prints every asyncio task's stack to its standard error.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -95,6 +97,16 @@ async def scaled_worker(b: Bench, design: str, slots: int) -> Worker:
     return Worker(**config)
 
 
+def dump_tasks() -> None:
+    """Every asyncio task's stack to standard error (``kill -USR1 <pid>``): where a worker that
+    stopped moving waits."""
+    tasks = asyncio.all_tasks()
+    print(f"--- {len(tasks)} asyncio tasks", file=sys.stderr)
+    for task in tasks:
+        task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.flush()
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, required=True, help="the folder of bench/reader_setup.py")
@@ -107,6 +119,7 @@ async def main() -> int:
     parser.add_argument("--postgres", action="store_true", help="store and sink on BENCH_PG_DSN's server")
     parser.add_argument("--remote-tools", action="store_true", help="[tools] local_calls = false")
     args = parser.parse_args()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump_tasks)
     client = await connect(identity=args.identity)
     b = reader_bench(client, args.base, args.queue, postgres=args.postgres, remote_tools=args.remote_tools)
     await connect_storage(b.acts)

@@ -93,3 +93,31 @@ def wft_by_worker(chains: list[list[WorkflowHistory]]) -> dict[str, int]:
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
                 done[e.workflow_task_completed_event_attributes.identity] += 1
     return dict(sorted(done.items()))
+
+
+TROUBLE = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT: "wft_timed_out",
+    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED: "wft_failed",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity_timed_out",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "activity_failed",
+}
+
+
+def trouble(chains: list[list[WorkflowHistory]]) -> dict[str, Any]:
+    """Workflow tasks and activities that timed out or failed, by kind (a timed-out workflow task
+    is replayed elsewhere or again: slow steps and extra CPU), and under ``why`` the distinct
+    activity types and failure messages of the failed activities (the first 3)."""
+    seen: Counter[str] = Counter()
+    why: Counter[str] = Counter()
+    for h in itertools.chain.from_iterable(chains):
+        kinds = {e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name for e in h.events}
+        for e in h.events:
+            if e.event_type in TROUBLE:
+                seen[TROUBLE[e.event_type]] += 1
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+                failed = e.activity_task_failed_event_attributes
+                why[f"{kinds.get(failed.scheduled_event_id, '?')}: {failed.failure.message[:160]}"] += 1
+    out: dict[str, Any] = dict(sorted(seen.items()))
+    if why:
+        out["why"] = dict(why.most_common(3))
+    return out
