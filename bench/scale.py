@@ -93,7 +93,7 @@ from bench.scale_report import print_report
 from bench.scale_worker import reader_bench
 from bench.step_cost import Bench, free_port, interrupt, start_naive, start_ours
 from bench.step_history import step_figures, trouble, wft_by_worker
-from bench.takeover import kill, wait_ready
+from bench.takeover import drain, kill, wait_ready
 from durable_agent.client import ensure_search_attributes, exit_process
 from durable_agent.devserver import start_dev_server, stop_dev_server
 from durable_agent.worker import connect_storage
@@ -131,16 +131,6 @@ def spawn(s: Setup, identity: str, design: str, slots: int, log: IO[bytes]) -> s
     env = {**os.environ, "TEMPORAL_ADDRESS": s.address}
     flags = ["--postgres"] * s.postgres + ["--remote-tools"] * s.args.remote_tools
     return subprocess.Popen(args + flags, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env)
-
-
-def drain(proc: subprocess.Popen[bytes], log: IO[bytes]) -> threading.Thread:
-    """Copy the rest of the worker's standard output to ``log``, in a thread of its own. The SDK
-    core writes its warnings there: a pipe nobody reads fills up (64 KB) and the core's thread
-    that writes to it blocks, and with it the worker (it stops polling, its runs wait)."""
-    assert proc.stdout is not None
-    thread = threading.Thread(target=shutil.copyfileobj, args=(proc.stdout, log), daemon=True)
-    thread.start()
-    return thread
 
 
 def stop(proc: subprocess.Popen[bytes], drained: threading.Thread | None) -> None:

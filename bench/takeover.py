@@ -26,10 +26,12 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -72,6 +74,16 @@ async def wait_ready(proc: subprocess.Popen[bytes], identity: str, timeout: floa
         line = b""
     if line.strip() != b"ready":
         raise RuntimeError(f"worker {identity} did not start (exit code {proc.poll()}); see its log")
+
+
+def drain(proc: subprocess.Popen[bytes], log: IO[bytes]) -> threading.Thread:
+    """Copy the rest of the worker's standard output to ``log``, in a thread of its own. The SDK
+    core writes its warnings there: a pipe nobody reads fills up (64 KB) and the core's thread
+    that writes to it blocks, and with it the worker (it stops polling, its runs wait)."""
+    assert proc.stdout is not None
+    thread = threading.Thread(target=shutil.copyfileobj, args=(proc.stdout, log), daemon=True)
+    thread.start()
+    return thread
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -154,6 +166,7 @@ async def one_round(
         try:
             procs.append(spawn(base, queue, ids["A"], address, log))
             await wait_ready(procs[0], ids["A"])
+            drain(procs[0], log)
             for i in range(runs):
                 run = AgentRunInput(
                     prompt=f"read data.txt {steps} times",
@@ -165,6 +178,7 @@ async def one_round(
             await wait_steps(client, handles, 120)
             procs.append(spawn(base, queue, ids["B"], address, log))
             await wait_ready(procs[1], ids["B"])
+            drain(procs[1], log)
             await asyncio.sleep(1.0 + rng.uniform(0.0, 2.0))  # B polls; A is killed at a random moment
             os.kill(procs[0].pid, signal.SIGKILL)
             killed = time.time()
