@@ -42,11 +42,10 @@ patch's marker is in the ledger, ``workflows/patches.py``.
 
 ``*_v8``: a run with ``[hooks]`` (the ``run-hooks`` patch), its hooks run as ``agent.hook`` activities.
 
-``*_v9``: the run's plan is resolved, its log opened and at its end finished by local
-activities (the ``local-start-and-finish`` patch); the quick tools' calls (``read``, ``ls``,
-``glob``, ``grep``) are local activities (the plan's ``ToolOffer.local``, so no patch: a plan from
-before has none), and the workflow task that takes a model answer is stamped with the model
-activity's completion time (``ModelResponse.completed_at_ms``).
+``*_v9``: the quick tools' calls (``read``, ``ls``, ``glob``, ``grep``) are local activities (the
+plan's ``ToolOffer.local``, so no patch: a plan from before has none), and the workflow task that
+takes a model answer is stamped with the model activity's completion time
+(``ModelResponse.completed_at_ms``).
 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the

@@ -44,12 +44,7 @@ from durable_agent.workflows.calls import (
     now_ms,
 )
 from durable_agent.workflows.display import RunDisplay
-from durable_agent.workflows.patches import (
-    CHECKPOINT_COMPLETES_PATCH,
-    LOCAL_BOOKENDS_PATCH,
-    ONE_CHECKPOINT_PATCH,
-    SAME_BYTES_PATCH,
-)
+from durable_agent.workflows.patches import CHECKPOINT_COMPLETES_PATCH, ONE_CHECKPOINT_PATCH, SAME_BYTES_PATCH
 
 T = TypeVar("T")
 
@@ -84,9 +79,8 @@ class LogKeeper:
         self._calls = calls
         self._display = display
 
-    async def open(self, state: LoopState, *, local: bool = False) -> None:
-        """Write the run's header and first log entry; the store names the session's ended runs.
-        ``local``: as a local activity (``LOCAL_BOOKENDS_PATCH``)."""
+    async def open(self, state: LoopState) -> None:
+        """Write the run's header and first log entry; the store names the session's ended runs."""
         seed = state.journal.take_entry()
         assert seed is not None
         journal = state.journal
@@ -98,7 +92,6 @@ class LogKeeper:
                 OpenRunInput(header=journal.header(), seed=seed, resumed=resumed),
                 summary=f"open run log in session {state.plan.session_id}",
                 timeouts=state.plan.timeouts,
-                local=local,
             )
         except ActivityError as exc:
             # the first save sends the log again, from its start
@@ -279,7 +272,6 @@ class LogKeeper:
 
     async def finish(self, state: LoopState) -> None:
         """Keep the ended run in its session and drop its log from the store."""
-        local = workflow.patched(LOCAL_BOOKENDS_PATCH)  # in the run's last workflow task
         try:
             await self.reading_log(
                 state,
@@ -290,7 +282,6 @@ class LogKeeper:
                     timeouts=state.plan.timeouts,
                     # the run's end reaches the store even when a cancel ended the run
                     cancellable=False,
-                    local=local,
                 ),
             )
         except (ActivityError, RunFailed, RunCancelled) as exc:

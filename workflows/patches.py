@@ -72,7 +72,6 @@ BOUNDED_PROMPT_PATCH = "bounded-start-prompt"
 PATCH_SHELL_UNSEEN = "shell-judge-unseen"
 HOOKS_PATCH = "run-hooks"
 PARALLEL_CALLS_PATCH = "parallel-tool-calls"
-LOCAL_BOOKENDS_PATCH = "local-start-and-finish"
 
 # Each entry: its id, the commit that brought it and its date, its release; the rest by name.
 LEDGER: tuple[Patch, ...] = (
@@ -222,34 +221,5 @@ LEDGER: tuple[Patch, ...] = (
             "send to a person, all with different ids (workflows/call_batch.py)"
         ),
         histories=("agent_run_parallel_v8.json", "agent_run_parallel_v9.json"),
-    ),
-    Patch(
-        LOCAL_BOOKENDS_PATCH,
-        "issue 26 (2026-12-01)",
-        "0.2",
-        changes=(
-            "agent.resolve_run and agent.open_run run as local activities in the run's first "
-            "workflow task, and agent.finish_run in its last: no task queue round trip each, and one "
-            "billed action for a task's local activities. Before, three ordinary activities"
-        ),
-        asked=(
-            "when a new run resolves its plan (Starter._resolve), and when a run finishes "
-            "(LogKeeper.finish): in an execution continued as new, only at the finish"
-        ),
-        histories=("agent_run_parallel_v9.json", "agent_run_v9.json"),
-        old_branch=listed(
-            "agent_run_approval_v1.json agent_run_approval_v2.json agent_run_approval_v3.json",
-            "agent_run_approval_v4.json agent_run_approval_v5.json agent_run_bounded_prompt_v7.json",
-            "agent_run_cancel_checkpoint_v7.json agent_run_cancelled_v6.json agent_run_compacted_v3.json",
-            "agent_run_compacted_v4.json agent_run_compacted_v5.json agent_run_continued_v1-last.json",
-            "agent_run_continued_v1.json agent_run_continued_v2-last.json agent_run_continued_v2.json",
-            "agent_run_continued_v3-last.json agent_run_continued_v3.json agent_run_continued_v4-last.json",
-            "agent_run_continued_v4.json agent_run_continued_v5-last.json agent_run_continued_v5.json",
-            "agent_run_conversation_v3.json agent_run_conversation_v4.json agent_run_conversation_v5.json",
-            "agent_run_guarded_v2.json agent_run_guarded_v4.json agent_run_guarded_v5.json",
-            "agent_run_hooks_v8.json agent_run_parallel_v8.json agent_run_reasoning_v6.json",
-            "agent_run_shell_unseen_v7.json agent_run_v1.json agent_run_v2.json agent_run_v4.json",
-            "agent_run_v5.json",
-        ),
     ),
 )

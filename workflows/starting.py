@@ -49,7 +49,7 @@ from durable_agent.workflows.admission import json_size
 from durable_agent.workflows.calls import CallRunner, Cancellation, RunFailed, now_ms
 from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.log_keeper import LogKeeper
-from durable_agent.workflows.patches import BOUNDED_PROMPT_PATCH, LOCAL_BOOKENDS_PATCH, PATCH_LINEAR_HISTORY
+from durable_agent.workflows.patches import BOUNDED_PROMPT_PATCH, PATCH_LINEAR_HISTORY
 
 # Before the plan exists the worker's timeouts are not known: the activities that make it
 # (resolve, read an export file) have fixed options, whatever timeouts they are given.
@@ -76,9 +76,6 @@ class Starter:
         self.session_id = ""
         self.run_id = ""
         self.executions = 0  # times this run has continued as new before this execution
-        # whether the plan is resolved and the log opened by local activities (a new run, under
-        # ``LOCAL_BOOKENDS_PATCH``)
-        self.local_start = False
         # what the status query says before the run's state exists
         self.pre_status = "created"
         self.pre_error: str | None = None
@@ -155,7 +152,7 @@ class Starter:
                 now_ms(),
             )
         self._attach(state)
-        await self._log.open(state, local=self.local_start)
+        await self._log.open(state)
         return state
 
     async def _read_resume(self, path: str) -> ResumePoint:
@@ -207,8 +204,6 @@ class Starter:
         if bound is not None and bound.tools and not run_input.force_resume:
             # the checkpoint's tools, not those added since (a forced resume takes this worker's)
             facts["resume_tools"] = bound.tools
-        # the plan, and then the run's log opened, within this first workflow task
-        self.local_start = workflow.patched(LOCAL_BOOKENDS_PATCH)
         try:
             plan = await self._calls.run(
                 RESOLVE_RUN,
@@ -218,7 +213,6 @@ class Starter:
                 summary="resolve run against worker config",
                 timeouts=BEFORE_PLAN,
                 cancellable=False,
-                local=self.local_start,
             )
         except ActivityError as exc:
             self.refuse(failure_message(exc))
