@@ -75,10 +75,11 @@ async def test_a_follower_that_starts_late_is_told_what_it_missed(
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "a.txt").write_text("alpha\n")
-    reads = [read_call(f"r{i}", "a.txt") for i in range(1, 21)]  # ~130 events, past the 64 carried
+    # 40 steps of 4 events: 160, well past what the last execution holds (its own and 64 carried)
+    reads = [read_call(f"r{i}", "a.txt") for i in range(1, 41)]
     config = scripted_config(tmp_path, [*reads, final("done")], limits={"continue_as_new_events": 50})
     async with running_worker(client, AgentActivities(config, sinks={"local": RecordingSink()})) as queue:
-        handle = await start(client, queue, ws, "read a.txt twenty times", max_tool_rounds=25)
+        handle = await start(client, queue, ws, "read a.txt forty times", max_tool_rounds=45)
         result = await handle.result()
         late = [record async for record in follow_events(handle)]
     assert result.status == "completed"
