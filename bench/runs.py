@@ -68,23 +68,33 @@ async def fetch_chain(client: Client, workflow_id: str) -> list[WorkflowHistory]
             return histories
 
 
-def call_times(history: WorkflowHistory, activity_type: str) -> list[float]:
-    """The server time (epoch s) each completed activity of ``activity_type`` was recorded at: an
-    ordinary one's ``ActivityTaskCompleted``, a local one's marker (``MarkerRecorded``, written
-    with the workflow task that ran it), in history order."""
+def completions(history: WorkflowHistory, activity_type: str) -> list[tuple[float, bool]]:
+    """The server time (epoch s) of each completion of ``activity_type`` in one execution, in
+    history order, and whether it ran as a local activity: an ordinary one's
+    ``ActivityTaskCompleted``, or a local one's marker holding a result (a failed local run's
+    has none), whose time is the workflow task completion that recorded it."""
     scheduled = {
         e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     }
-    times: list[float] = []
+    out: list[tuple[float, bool]] = []
     for e in history.events:
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             if scheduled.get(e.activity_task_completed_event_attributes.scheduled_event_id) == activity_type:
-                times.append(e.event_time.ToDatetime().timestamp())
-        elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and local_activity_type(e) == activity_type:
-            times.append(e.event_time.ToDatetime().timestamp())
-    return times
+                out.append((e.event_time.ToDatetime().timestamp(), False))
+        elif (
+            e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+            and "result" in e.marker_recorded_event_attributes.details
+            and local_activity_type(e) == activity_type
+        ):
+            out.append((e.event_time.ToDatetime().timestamp(), True))
+    return out
+
+
+def call_times(history: WorkflowHistory, activity_type: str) -> list[float]:
+    """The server time of each completion of ``activity_type`` (``completions``), in order."""
+    return [t for t, _local in completions(history, activity_type)]
 
 
 def local_activity_type(event: HistoryEvent) -> str | None:

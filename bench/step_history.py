@@ -9,7 +9,6 @@ both, with the server's event times.
 from __future__ import annotations
 
 import itertools
-import json
 import statistics
 from collections import Counter
 from typing import Any
@@ -17,44 +16,15 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
-from bench.takeover import when
+from bench.runs import LOCAL_ACTIVITY_MARKER, call_times, completions
 from durable_agent.core.activity_api import TOOL_CALL
 
-LA_MARKER = "core_local_activity"  # the SDK core's marker of a local activity's result
-ACTIVITY_SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-ACTIVITY_COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
-
-
-def completions(history: WorkflowHistory, activity_type: str = TOOL_CALL.name) -> list[tuple[float, bool]]:
-    """The server time of each completion of ``activity_type`` in one execution, in order, and
-    whether it ran as a local activity.
-
-    A completion is an ``ActivityTaskCompleted`` of it, or the ``MarkerRecorded`` of a local
-    run of it that holds a ``result`` (its ``data`` detail is the SDK core's JSON, which names
-    the ``activity_type``; a failed local run's marker has no result). A marker's time is the
-    workflow task completion that recorded it, when the step became durable.
-    """
-    scheduled: set[int] = set()
-    out: list[tuple[float, bool]] = []
-    for e in history.events:
-        if e.event_type == ACTIVITY_SCHEDULED:
-            if e.activity_task_scheduled_event_attributes.activity_type.name == activity_type:
-                scheduled.add(e.event_id)
-        elif e.event_type == ACTIVITY_COMPLETED:
-            if e.activity_task_completed_event_attributes.scheduled_event_id in scheduled:
-                out.append((when(e), False))
-        elif e.event_type == MARKER and e.marker_recorded_event_attributes.marker_name == LA_MARKER:
-            details = e.marker_recorded_event_attributes.details
-            data = details["data"].payloads if "result" in details and "data" in details else []
-            if data and json.loads(data[0].data).get("activity_type") == activity_type:
-                out.append((when(e), True))
-    return out
+LA_MARKER = LOCAL_ACTIVITY_MARKER  # the SDK core's marker of a local activity's result
 
 
 def tool_call_times(history: WorkflowHistory, activity_type: str = TOOL_CALL.name) -> list[float]:
     """The server time of each completion of ``activity_type`` in one execution (``completions``)."""
-    return [t for t, _local in completions(history, activity_type)]
+    return call_times(history, activity_type)
 
 
 def percentile(values: list[float], q: int) -> float | None:
@@ -70,7 +40,7 @@ def step_figures(chains: list[list[WorkflowHistory]], wall: float) -> dict[str, 
     gaps: list[float] = []
     steps = local = 0
     for chain in chains:
-        done = [c for h in chain for c in completions(h)]
+        done = [c for h in chain for c in completions(h, TOOL_CALL.name)]
         times = sorted(t for t, _ in done)
         steps += len(times)
         local += sum(is_local for _, is_local in done)
