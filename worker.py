@@ -40,6 +40,7 @@ def build_worker(
     queue: str | None = None,
     *,
     graceful_shutdown: timedelta = timedelta(0),
+    workflow_task_slots: int | None = None,
 ) -> Worker:
     """A worker for ``AgentRun`` and its activities on ``queue``.
 
@@ -52,11 +53,13 @@ def build_worker(
         queue: The task queue; default ``AGENT_TASK_QUEUE``, else ``agent``.
         graceful_shutdown: How long a stopping worker lets the activities in flight finish
             before it cancels them (Temporal then retries them elsewhere); default: none.
+        workflow_task_slots: Workflow tasks it works on at once; default: the config's
+            ``[worker] workflow_task_slots`` (4).
 
     Returns:
         A ``Worker`` for ``AgentRun`` and its activities, with the heartbeat throttle
-            (1 s) and sticky-queue timeout (2 s) a quick takeover relies on, running
-            workflow code outside Temporal's sandbox.
+            (1 s), sticky-queue timeout (2 s) and workflow task slots a quick takeover
+            relies on, running workflow code outside Temporal's sandbox.
     """
     return Worker(
         client,
@@ -67,6 +70,7 @@ def build_worker(
         # at most two heartbeats a second; a run whose worker died moves on after 2 s (plugin.py)
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        max_concurrent_workflow_tasks=workflow_task_slots or activities.config.worker.workflow_task_slots,
         # The sandbox runs code of its own for every payload of every workflow task (temporalio
         # 1.35), which doubles a task's CPU and a replay's time: a worker that takes over runs
         # replays them within the 3 s task timeout. Determinism is kept by the import rules of

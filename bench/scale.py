@@ -16,7 +16,8 @@ A run is the scripted reader conversation of ``bench/step_cost.py``: S
 Phase 1, one worker: for each design (ours: ``AgentRun`` with its exports to
 the filesystem sink; naive: ``NaiveAgentRun`` unsandboxed) and each C of
 ``--concurrency``, a fresh worker with ``--slots`` (default max(100, C))
-workflow-task, activity and local-activity slots takes a warm-up run, then C
+activity and local-activity slots (workflow-task slots: ours keeps its
+``[worker] workflow_task_slots``, the naive loop gets ``--slots``) takes a warm-up run, then C
 runs of ``--steps`` steps started at once. Printed per row:
 
 * ``steps``: tool calls completed, ``local`` of them as local activities

@@ -1,16 +1,18 @@
 """One worker process for ``bench/scale.py``: ours or the naive loop, with enough slots for many runs.
 
     python bench/scale_worker.py --base DIR --queue QUEUE --identity NAME \\
-        [--design ours|naive] [--slots N] [--postgres] [--remote-tools]
+        [--design ours|naive] [--slots N] [--workflow-task-slots N] [--postgres] [--remote-tools]
 
 Connects as ``durable_agent.client.connect`` does (``TEMPORAL_ADDRESS``) with
 the worker identity ``NAME``, and serves on ``QUEUE`` either ``AgentRun`` and
 its activities (``build_worker``, ``--design ours``) or ``NaiveAgentRun``
 unsandboxed (``bench/step_cost.py``'s ``naive_worker(..., sandboxed=False)``,
 ``--design naive``), with the reader set-up of ``bench/reader_setup.py``
-under ``DIR``. ``--slots N`` gives the worker N workflow-task, activity and
-local-activity slots (Temporal's default is 100 each) and a workflow cache
-of at least N. ``--postgres`` puts the store and the sink on the PostgreSQL
+under ``DIR``. ``--slots N`` gives the worker N activity and local-activity
+slots (Temporal's default is 100 each), a workflow cache of at least N, and
+the naive loop's worker N workflow-task slots; ours keeps the workflow-task
+slots it ships with (``[worker] workflow_task_slots``) unless
+``--workflow-task-slots`` says otherwise. ``--postgres`` puts the store and the sink on the PostgreSQL
 server that ``BENCH_PG_DSN`` names (``bench/pg_cost.py``'s ``on_postgres``);
 ``--remote-tools`` runs every tool call as an ordinary activity (``[tools]
 local_calls = false``; by default the quick built-in tools run as local ones).
@@ -74,9 +76,10 @@ def reader_bench(
     return Bench(client, base, acts, sink_root(reader_config(base)), queue, queue, naive)
 
 
-async def scaled_worker(b: Bench, design: str, slots: int) -> Worker:
-    """The design's worker on ``b.queue`` with ``slots`` workflow-task, activity and local-activity
-    slots, and a workflow cache of at least ``slots``; everything else as the design's own.
+async def scaled_worker(b: Bench, design: str, slots: int, workflow_task_slots: int = 0) -> Worker:
+    """The design's worker on ``b.queue`` with ``slots`` activity and local-activity slots (and
+    workflow-task slots: ``workflow_task_slots``, else the naive loop ``slots`` and ours its own),
+    and a workflow cache of at least ``slots``; everything else as the design's own.
 
     The design's own worker is built on a queue of its own (the SDK refuses two workers on one
     queue of a client), its settings are taken, and it is shut down unused.
@@ -90,7 +93,8 @@ async def scaled_worker(b: Bench, design: str, slots: int) -> Worker:
     config = template.config()
     template._bridge_worker.initiate_shutdown()  # never run: it stops without polling
     config["task_queue"] = b.queue
-    config["max_concurrent_workflow_tasks"] = slots
+    if design != "ours" or workflow_task_slots:
+        config["max_concurrent_workflow_tasks"] = workflow_task_slots or slots
     config["max_concurrent_activities"] = slots
     config["max_concurrent_local_activities"] = slots
     config["max_cached_workflows"] = max(config.get("max_cached_workflows", 1000), slots)
@@ -114,7 +118,16 @@ async def main() -> int:
     parser.add_argument("--identity", required=True, help="the worker's identity")
     parser.add_argument("--design", choices=DESIGNS, default="ours")
     parser.add_argument(
-        "--slots", type=int, default=100, help="workflow-task, activity and local-activity slots"
+        "--slots",
+        type=int,
+        default=100,
+        help="activity and local-activity slots (and the naive loop's workflow-task slots)",
+    )
+    parser.add_argument(
+        "--workflow-task-slots",
+        type=int,
+        default=0,
+        help="workflow-task slots; default: the design's own",
     )
     parser.add_argument("--postgres", action="store_true", help="store and sink on BENCH_PG_DSN's server")
     parser.add_argument("--remote-tools", action="store_true", help="[tools] local_calls = false")
@@ -123,7 +136,7 @@ async def main() -> int:
     client = await connect(identity=args.identity)
     b = reader_bench(client, args.base, args.queue, postgres=args.postgres, remote_tools=args.remote_tools)
     await connect_storage(b.acts)
-    async with await scaled_worker(b, args.design, args.slots):
+    async with await scaled_worker(b, args.design, args.slots, args.workflow_task_slots):
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.buffer.read)  # until EOF: the bench is done, or gone
     await b.acts.aclose()

@@ -409,6 +409,22 @@ class ContextConfig(_Strict):
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
+# Workflow tasks one worker process works on at once (``[worker] workflow_task_slots``).
+WORKFLOW_TASK_SLOTS = 4
+
+
+class WorkerConfig(_Strict):
+    """How much one worker process takes on at once (``build_worker`` and the plugin)."""
+
+    # Workflow tasks the process works on at once (Temporal's default is 100). Workflow code runs
+    # on one core (Python's lock), and a task keeps its slot while its quick tool calls and its
+    # checkpoint run: past a few slots, tasks only wait longer for that core. A worker that takes
+    # over a dead one's runs replays every run it polled at once, together: with 100 slots, ten
+    # such replays each took longer than the 3 s task timeout and were tried again and again
+    # (takeovers of 16 to 24 s); with 4, each is done in turn (docs/costs.md, Takeover).
+    workflow_task_slots: int = Field(WORKFLOW_TASK_SLOTS, ge=2, le=1_000)  # the SDK's floor: 2
+
+
 class MetricsConfig(_Strict):
     """``[metrics]``: the worker's Prometheus endpoint, with the Temporal SDK's metrics and the
     agent's (``durable_agent.telemetry``). Unset ``bind``: no endpoint."""
@@ -624,6 +640,7 @@ class AgentConfig(_Rewritten):
     # Project instructions: the AGENTS.md files a run's system prompt takes in.
     instructions: InstructionsConfig = InstructionsConfig()
     context: ContextConfig = ContextConfig()
+    worker: WorkerConfig = WorkerConfig()  # How much one worker process takes on at once.
     metrics: MetricsConfig = MetricsConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     codec: CodecConfig = CodecConfig()

@@ -184,7 +184,8 @@ class DurableAgentPlugin(SimplePlugin):
                 the tracing interceptor when traces are on and the client lacks it, the
                 modules of ``PASSED_THROUGH`` (``durable_agent`` and the libraries it builds
                 on) passed through a sandboxed workflow runner, and the heartbeat throttle
-                (1 s) and sticky-queue timeout (2 s) where the host left the SDK's defaults.
+                (1 s), sticky-queue timeout (2 s) and ``[worker] workflow_task_slots`` where
+                the host left the SDK's defaults (and set no tuner).
 
         Raises:
             ConfigError: As ``agent_activities``, the first time.
@@ -195,6 +196,8 @@ class DurableAgentPlugin(SimplePlugin):
             config["max_heartbeat_throttle_interval"] = HEARTBEAT_THROTTLE
         if config.get("sticky_queue_schedule_to_start_timeout") == _SDK_STICKY_TIMEOUT:
             config["sticky_queue_schedule_to_start_timeout"] = STICKY_TIMEOUT
+        if config.get("max_concurrent_workflow_tasks") is None and config.get("tuner") is None:
+            config["max_concurrent_workflow_tasks"] = self.config.worker.workflow_task_slots
         return config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:

@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer, Worker, WorkerTuner
 
+from durable_agent.activities import AgentActivities
 from durable_agent.client import start_run
+from durable_agent.config import WORKFLOW_TASK_SLOTS, AgentConfig, ConfigError, load_config
 from durable_agent.core.run_api import AgentRunInput
 from durable_agent.plugin import HEARTBEAT_THROTTLE, STICKY_TIMEOUT, DurableAgentPlugin
+from durable_agent.worker import build_worker
 from tests.helpers import final, read_call, scripted_config, workspace_with
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -50,6 +53,7 @@ async def test_the_plugin_wires_a_plain_worker_that_completes_a_run(client: Clie
     worker = Worker(own, task_queue=queue, workflows=[UserGreeting], activities=[greet])
     assert worker.config(active_config=True)["max_heartbeat_throttle_interval"] == HEARTBEAT_THROTTLE
     assert worker.config(active_config=True)["sticky_queue_schedule_to_start_timeout"] == STICKY_TIMEOUT
+    assert worker.config(active_config=True)["max_concurrent_workflow_tasks"] == WORKFLOW_TASK_SLOTS
     async with worker:
         handle = await start_run(
             own, AgentRunInput(prompt="read the evidence", workspace=str(ws)), queue=queue
@@ -63,6 +67,42 @@ async def test_the_plugin_wires_a_plain_worker_that_completes_a_run(client: Clie
     assert greeting == "hello you"
     # the exports went to the config's sink, through the activities the plugin registered
     assert list((tmp_path / "exports").rglob("turn-000001-*.json"))
+
+
+async def test_workflow_task_slots_come_from_the_config_where_the_host_set_none(
+    client: Client, tmp_path: Path
+) -> None:
+    """``[worker] workflow_task_slots``: build_worker's and the plugin's default; a host's own
+    ``max_concurrent_workflow_tasks`` or tuner is kept."""
+    config = scripted_config(tmp_path, [final()])
+    config = config.model_copy(update={"worker": config.worker.model_copy(update={"workflow_task_slots": 3})})
+    own = await plugin_client(client, DurableAgentPlugin(config))
+
+    def slots(worker: Worker) -> object:
+        options = worker.config(active_config=True)
+        worker._bridge_worker.initiate_shutdown()  # never run: it stops without polling
+        return options.get("max_concurrent_workflow_tasks")
+
+    q = f"slots-{uuid.uuid4().hex[:8]}"
+    assert slots(Worker(own, task_queue=f"{q}-a")) == 3
+    assert slots(Worker(own, task_queue=f"{q}-b", max_concurrent_workflow_tasks=7)) == 7
+    fixed = WorkerTuner.create_fixed(workflow_slots=9, activity_slots=9)
+    tuned = Worker(own, task_queue=f"{q}-c", tuner=fixed)
+    assert slots(tuned) is None
+    acts = AgentActivities(config)
+    try:
+        assert slots(build_worker(client, acts, f"{q}-d")) == 3
+        assert slots(build_worker(client, acts, f"{q}-e", workflow_task_slots=5)) == 5
+    finally:
+        await acts.aclose()
+
+
+def test_workflow_task_slots_below_the_sdks_floor_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "agent.toml"
+    path.write_text("[worker]\nworkflow_task_slots = 1\n")
+    with pytest.raises(ConfigError, match="workflow_task_slots"):
+        load_config(path)
+    assert AgentConfig().worker.workflow_task_slots == WORKFLOW_TASK_SLOTS
 
 
 async def test_the_plugin_encrypts_with_the_config_codec(

@@ -69,9 +69,10 @@ class Limits(Frozen):
     max_history_events: int = Field(40_000, ge=100)
     # At a tool boundary, once its export is acknowledged, the run continues as new
     # (a fresh history, the same run) when Temporal suggests it or past either of these.
-    # 2,000 events: about 150 steps, a whole replay in under a second, well within the 3 s
-    # a workflow task may take (a worker that takes over a run replays it whole)
-    continue_as_new_events: int = Field(2_000, ge=50)
+    # 1,000 events: about 125 tool steps. A worker that takes over a run replays its history
+    # whole within one workflow task (3 s): 1,371 events took the SDK 1.2 to 2.5 s of CPU on
+    # 2 cores, so 2,000 could not be taken over in time (docs/costs.md, Takeover).
+    continue_as_new_events: int = Field(1_000, ge=50)
     continue_as_new_bytes: int = Field(10_000_000, ge=10_000)
     # No longer used (an export no longer passes through Temporal); accepted so that
     # runs recorded with it replay and old configs load.

@@ -9,6 +9,8 @@ repeat of each does, in ``durable_agent.core.builtin_catalog``.
 
 from __future__ import annotations
 
+import copy
+import functools
 import posixpath
 import re
 from collections.abc import Iterable, Sequence
@@ -86,13 +88,7 @@ class ToolSpec:
         Returns:
             The offer.
         """
-        if self.schema is not None:
-            schema = dict(self.schema)
-        else:
-            schema = self.args.model_json_schema()
-            # The model's docstring is for developers; the model reads ``description``.
-            schema.pop("title", None)
-            schema.pop("description", None)
+        schema = dict(self.schema) if self.schema is not None else copy.deepcopy(_args_schema(self.args))
         definition = ToolDefinition(name=self.name, description=self.description, input_schema=schema)
         return ToolOffer(
             definition=definition,
@@ -103,6 +99,18 @@ class ToolSpec:
             parallel=self.read_only if parallel is None else parallel,
             local=local and self.quick,
         )
+
+
+@functools.cache
+def _args_schema(args: type[ToolArgs]) -> dict[str, Any]:
+    """An argument model's JSON schema, made once a worker process: pydantic builds it anew on
+    each call, and every run's plan offers every tool (a tenth of a burst of starts' time).
+    Callers copy it; the model classes do not change once defined."""
+    schema = args.model_json_schema()
+    # The model's docstring is for developers; the model reads ``description``.
+    schema.pop("title", None)
+    schema.pop("description", None)
+    return schema
 
 
 TargetsFrom = Literal["value", "patch"]
