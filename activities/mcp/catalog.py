@@ -24,19 +24,17 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from durable_agent.activities.mcp.connection import (
-    McpCrashed,
-    McpServer,
-    McpToolInfo,
-    McpUnavailable,
-)
 from durable_agent.activities.tools.tool import Tool, ToolContent, ToolFailure
 from durable_agent.config import McpServerConfig
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.json_limits import JsonLimitError, check_value
 from durable_agent.core.models import ToolsUnavailable
 from durable_agent.core.tool_specs import JsonArgs, ToolSpec, mcp_tool_name
+
+if TYPE_CHECKING:
+    from durable_agent.activities.mcp.connection import McpServer, McpToolInfo
 
 log = logging.getLogger("durable_agent.mcp")
 
@@ -93,6 +91,8 @@ def admitted(server: str, infos: list[McpToolInfo]) -> list[McpToolInfo]:
 def mcp_tool(server: McpServer, config: McpServerConfig, info: McpToolInfo) -> Tool:
     """One MCP tool as a worker tool: offered by its JSON schema, judged by the argument
     ``permission_args`` names for it, repeatable when the server's ``retry`` is ``"safe"``."""
+    from durable_agent.activities.mcp.connection import McpCrashed, McpUnavailable  # see McpCatalog
+
     schema = dict(info.input_schema) or {"type": "object"}
     schema.setdefault("type", "object")
     spec = ToolSpec(
@@ -139,7 +139,12 @@ class McpCatalog:
         environ: Mapping[str, str] = os.environ,
     ) -> None:
         self.configs = dict(configs)
-        self.servers = {name: McpServer(name, config, environ) for name, config in configs.items()}
+        self.servers: dict[str, McpServer] = {}
+        if configs:
+            # the MCP SDK is a third of a worker's import time: only a worker with servers loads it
+            from durable_agent.activities.mcp.connection import McpServer
+
+            self.servers = {name: McpServer(name, config, environ) for name, config in configs.items()}
         self._tools = tools  # the worker's table: MCP tools are added and replaced in it
         self._offered: dict[str, tuple[str, ...]] = {}  # per server, its tools' offered names
         self._tried: set[str] = set()
@@ -180,6 +185,8 @@ class McpCatalog:
         return task
 
     async def _list(self, name: str) -> None:
+        from durable_agent.activities.mcp.connection import McpUnavailable  # see __init__
+
         server, config = self.servers[name], self.configs[name]
         async with self._locks[name]:
             self._tried.add(name)
