@@ -67,7 +67,7 @@ def build_worker(
         workflows=[AgentRun],
         activities=activities.all(),
         graceful_shutdown_timeout=graceful_shutdown,
-        # at most two heartbeats a second; a run whose worker died moves on after 2 s (plugin.py)
+        # at most one heartbeat a second; a run whose worker died moves on after 2 s (plugin.py)
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         max_concurrent_workflow_tasks=workflow_task_slots or activities.config.worker.workflow_task_slots,
