@@ -17,7 +17,8 @@ Phase 1, one worker: for each design (ours: ``AgentRun`` with its exports to
 the filesystem sink; naive: ``NaiveAgentRun`` unsandboxed) and each C of
 ``--concurrency``, a fresh worker with ``--slots`` (default max(100, C))
 activity and local-activity slots (workflow-task slots: ours keeps its
-``[worker] workflow_task_slots``, the naive loop gets ``--slots``) takes a warm-up run, then C
+``[worker] workflow_task_slots`` unless ``--workflow-task-slots`` says otherwise, the naive loop
+gets ``--slots``) takes a warm-up run, then C
 runs of ``--steps`` steps started at once. Printed per row:
 
 * ``steps``: tool calls completed, ``local`` of them as local activities
@@ -131,6 +132,7 @@ def spawn(s: Setup, identity: str, design: str, slots: int, log: IO[bytes]) -> s
             "--identity", identity, "--design", design, "--slots", str(slots)]  # fmt: skip
     env = {**os.environ, "TEMPORAL_ADDRESS": s.address}
     flags = ["--postgres"] * s.postgres + ["--remote-tools"] * s.args.remote_tools
+    flags += ["--workflow-task-slots", str(s.args.workflow_task_slots)] * bool(s.args.workflow_task_slots)
     return subprocess.Popen(args + flags, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env)
 
 
@@ -309,6 +311,9 @@ async def main() -> int:
     parser.add_argument("--pg-steps", type=int, default=20)
     parser.add_argument("--pg-workers", type=int, default=3)
     parser.add_argument("--skip-pg", action="store_true")
+    parser.add_argument(
+        "--workflow-task-slots", type=int, default=0, help="ours' workflow-task slots; default: its own"
+    )
     parser.add_argument("--remote-tools", action="store_true", help="ours: every tool call an activity")
     parser.add_argument("--profile-at", type=int, default=100, help="C at which py-spy samples ours' worker")
     parser.add_argument("--profile-seconds", type=float, default=10.0)
