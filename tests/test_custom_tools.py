@@ -248,7 +248,7 @@ def test_functions_that_cannot_be_tools_are_refused_when_made(make: Any, message
 
 
 def test_a_keyword_tool_does_not_take_is_refused() -> None:
-    # ``**options`` would let a misspelt keyword through, and a tool meant read-only would not be
+    # a misspelt keyword must not pass silently: a tool meant read-only would not be
     with pytest.raises(TypeError, match="readonly"):
         tool(readonly=True)  # type: ignore[call-overload]
 

@@ -15,19 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import (
-    Annotated,
-    Any,
-    Generic,
-    ParamSpec,
-    TypedDict,
-    TypeVar,
-    Unpack,
-    get_args,
-    get_origin,
-    get_type_hints,
-    overload,
-)
+from typing import Annotated, Any, Generic, ParamSpec, TypeVar, get_args, get_origin, get_type_hints, overload
 
 from pydantic import ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
@@ -110,27 +98,32 @@ class FunctionTool(Tool, Generic[P, R]):
         return self.function(*args, **kwargs)
 
 
-class ToolOptions(TypedDict, total=False):
-    """The keywords of ``@tool(...)``, each optional (``tool`` says what they mean)."""
-
-    name: str | None
-    description: str | None
-    read_only: bool
-    idempotent: bool | None
-    permission_target: str | None
-    target_is_path: bool | None
-
-
 @overload
 def tool(function: Callable[P, R], /) -> FunctionTool[P, R]: ...
 
 
 @overload
-def tool(**options: Unpack[ToolOptions]) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    idempotent: bool | None = None,
+    permission_target: str | None = None,
+    target_is_path: bool | None = None,
+) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
 
 
 def tool(
-    function: Callable[P, R] | None = None, /, **options: Unpack[ToolOptions]
+    function: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    idempotent: bool | None = None,
+    permission_target: str | None = None,
+    target_is_path: bool | None = None,
 ) -> FunctionTool[P, R] | Callable[[Callable[P, R]], FunctionTool[P, R]]:
     """Make a tool of a typed function (``async def`` or plain ``def``): ``@tool`` or ``@tool(...)``.
 
@@ -149,21 +142,18 @@ def tool(
 
     Args:
         function: The function (when used as ``@tool`` without parentheses).
-        **options: The keywords of ``@tool(...)`` (``ToolOptions``), each optional: below.
-
-    Keyword Args:
-        name (str | None): The tool's name; default: the function's. Letters, digits, ``_`` and
-            ``-``, at most 64, not starting with ``mcp__``.
-        description (str | None): The description; default: the docstring's.
-        read_only (bool): Whether the tool only reads (changes nothing anywhere); such a tool is
+        name: The tool's name; default: the function's. Letters, digits, ``_`` and ``-``, at
+            most 64, not starting with ``mcp__``.
+        description: The description; default: the docstring's.
+        read_only: Whether the tool only reads (changes nothing anywhere); such a tool is
             idempotent unless ``idempotent`` says otherwise.
-        idempotent (bool | None): Whether running a call twice is harmless: the activity is then
-            retried after an unexpected error. Default: ``read_only``.
-        permission_target (str | None): The argument permission rules match (``name(pattern)``);
-            it must be a string. Default: none, so rules name the tool alone.
-        target_is_path (bool | None): Whether that argument is a workspace path: normalised
-            before matching and judged again with links resolved, as the file tools' are.
-            Default: whether its type hint is ``Path``.
+        idempotent: Whether running a call twice is harmless: the activity is then retried after
+            an unexpected error. Default: ``read_only``.
+        permission_target: The argument permission rules match (``name(pattern)``); it must be a
+            string. Default: none, so rules name the tool alone.
+        target_is_path: Whether that argument is a workspace path: normalised before matching
+            and judged again with links resolved, as the file tools' are. Default: whether its
+            type hint is ``Path``.
 
     Returns:
         The tool (``@tool``), or a decorator making it (``@tool(...)``).
@@ -171,15 +161,7 @@ def tool(
     Raises:
         ToolDefinitionError: The function cannot be a tool (``*args``, a type hint that does not
             resolve, a bad name, a permission target that is not a string argument, …).
-        TypeError: A keyword ``ToolOptions`` lacks.
     """
-
-    unknown = options.keys() - ToolOptions.__optional_keys__
-    if unknown:  # what ``**options`` lets through that a signature would have refused
-        raise TypeError(f"tool() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
-    name, description = options.get("name"), options.get("description")
-    read_only, idempotent = options.get("read_only", False), options.get("idempotent")
-    permission_target, target_is_path = options.get("permission_target"), options.get("target_is_path")
 
     def make(fn: Callable[P, R]) -> FunctionTool[P, R]:
         tool_name = name if name is not None else getattr(fn, "__name__", "")
