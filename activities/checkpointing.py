@@ -110,15 +110,20 @@ class RunLogs:
         if isinstance(inp, LegacySaveCheckpointInput):  # legacy: goes in 0.3
             return
         try:
-            if inp.header is not None:
-                await self.log_cache.save_header(inp.header)
-            # only the newest entry names what was staged; the others come whole
-            entries = [await self._unstage(inp, e, e is inp.entries[-1]) for e in inp.entries]
-            if inp.seed is not None:
-                entries.insert(0, await self._seed_from_export(inp.run_id, inp.seed))
+            entries = await self._entries(inp)
             await heartbeating(self.log_cache.append(inp.run_id, entries))
         except StateMissing as exc:
             raise state_missing(exc) from None
+
+    async def _entries(self, inp: SaveCheckpointInput) -> list[LogEntry]:
+        """The entries a save stores, whole and checked (the header saved first, when it is sent)."""
+        if inp.header is not None:
+            await self.log_cache.save_header(inp.header)
+        # only the newest entry names what was staged; the others come whole
+        entries = [await self._unstage(inp, e, e is inp.entries[-1]) for e in inp.entries]
+        if inp.seed is not None:
+            entries.insert(0, await self._seed_from_export(inp.run_id, inp.seed))
+        return entries
 
     async def _unstage(self, inp: SaveCheckpointInput, entry: LogEntry, newest: bool) -> LogEntry:
         """The entry with what the tool and model activities staged put back, checked against its digest."""
@@ -241,10 +246,29 @@ class RunLogs:
     async def checkpoint(self, inp: CheckpointInput) -> ExportDescriptor:
         """A tool boundary: append what is new to the run's log, then hand the export of the
         log to the sink; return only once the sink holds it. Run as a local activity: the
-        workflow goes on in the same workflow task."""
-        if inp.save is not None:
-            await self.save_checkpoint(inp.save)
-        return await self.export(inp.export)
+        workflow goes on in the same workflow task.
+
+        The export is built while the store writes (``RunLogCache.append_while``): the sink
+        is handed it only once the store holds the boundary."""
+        save = inp.save
+        if save is None or inp.export.sink not in self.sinks:  # (no sink: saved, then refused)
+            if save is not None:
+                await self.save_checkpoint(save)
+            return await self.export(inp.export)
+        try:
+            entries = await self._entries(save)
+        except StateMissing as exc:
+            raise state_missing(exc) from None
+
+        async def saved_and_built() -> PartedExport:
+            try:
+                return await self.log_cache.append_while(
+                    save.run_id, entries, lambda: self._build_export(inp.export)
+                )
+            except StateMissing as exc:  # the store's: the export's own is raised typed already
+                raise state_missing(exc) from None
+
+        return await self.deliver(inp.export.sink, lambda: heartbeating(saved_and_built()))
 
     @activity.defn(name=EXPORT_CHECKPOINT.name)
     async def export_checkpoint(self, inp: ExportInput | LegacyExportInput) -> ExportDescriptor | None:

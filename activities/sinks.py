@@ -235,12 +235,16 @@ class FilesystemExportSink:
 
     async def deliver_parts(self, export: PartedExport) -> None:
         path = self._path(export.descriptor)
-        if await asyncio.to_thread(self._holds, path):
-            return
         try:
-            await asyncio.to_thread(self._write_parts, path, export)
+            await asyncio.to_thread(self._deliver_parts, path, export)
         except OSError as exc:
             raise SinkError(f"cannot write {path} or its parts: {exc}") from exc
+
+    def _deliver_parts(self, path: Path, export: PartedExport) -> None:
+        """Write the export unless the sink holds it whole (one thread for both: a boundary's
+        export comes here, and each hop to a thread costs a little)."""
+        if not self._holds(path):
+            self._write_parts(path, export)
 
     def _holds(self, path: Path) -> bool:
         """Whether the export's manifest is here with every part its chain needs (a machine that

@@ -3,6 +3,7 @@ per-worker cache of folded logs, and how ``LoopState`` journals, carries and res
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.store import FilesystemSessionStore, MemorySessionStore
 from durable_agent.activities.store.run_log_cache import RunLogCache
 from durable_agent.core import models
-from durable_agent.core.activity_api import OpenRunInput, SaveCheckpointInput
+from durable_agent.core.activity_api import CheckpointInput, ExportInput, OpenRunInput, SaveCheckpointInput
 from durable_agent.core.canonical import canonical_bytes, digest_of
 from durable_agent.core.events import ErrorEvent, TextDeltaEvent, ToolStartEvent
 from durable_agent.core.export import RunRecord
@@ -36,7 +37,7 @@ from durable_agent.core.run_log import (
     run_snapshot,
     text_digest,
 )
-from tests.helpers import final, scripted_config
+from tests.helpers import RecordingSink, final, scripted_config
 from tests.test_checkpoint_contract import plan
 
 RUN = plan().run_id
@@ -280,6 +281,66 @@ async def test_run_log_cache_reports_what_the_store_holds_instead() -> None:
     assert lost.value.head is None
 
 
+class GatedStore(MemorySessionStore):
+    """A store whose appends wait for ``gate`` and then fail, if ``fail`` says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.fail = False
+
+    async def append_log(self, run_id: str, entries: Sequence[LogEntry]) -> None:
+        await self.gate.wait()
+        if self.fail:
+            raise OSError("disk full")
+        await super().append_log(run_id, entries)
+
+
+async def test_run_log_cache_works_on_the_folded_log_while_the_store_writes() -> None:
+    store = GatedStore()
+    v1, v2, v3 = chain(["m1", "m2", "m3"])
+    store.gate.set()
+    await store.append_log(RUN, [v1])
+    log_cache = RunLogCache(store)
+    await log_cache.read(v1.ref(RUN))
+    store.gate.clear()
+    seen: list[list[str]] = []
+
+    async def work() -> str:
+        seen.append(texts(await log_cache.read(v2.ref(RUN))))  # folded ahead: the store still lacks v2
+        assert await store.log_head(RUN) == v1.ref(RUN)
+        store.gate.set()
+        return "built"
+
+    assert await log_cache.append_while(RUN, [v2], work) == "built"
+    assert seen == [["m1", "m2"]] and await store.log_head(RUN) == v2.ref(RUN)
+    # a write that fails: its error is raised, the work's result dropped, the cache forgets the run
+    store.gate.clear()
+    store.fail = True
+
+    async def released() -> str:
+        store.gate.set()
+        return "built"
+
+    with pytest.raises(OSError, match="disk full"):
+        await log_cache.append_while(RUN, [v3], released)
+    assert await store.log_head(RUN) == v2.ref(RUN)
+    with pytest.raises(StateMissing):  # not served from memory: the store does not hold v3
+        await log_cache.read(v3.ref(RUN))
+    assert texts(await log_cache.read(v2.ref(RUN))) == ["m1", "m2"]
+    # a log the cache does not hold: written first, the work after
+    store.fail = False
+    order: list[str] = []
+
+    async def after_the_write() -> str:
+        order.append("work: store at " + str((await store.log_head("other")) is not None))
+        return "built"
+
+    (o1,) = chain(["o1"], LogRef(run_id="other", version=0))
+    assert await log_cache.append_while("other", [o1], after_the_write) == "built"
+    assert order == ["work: store at True"]
+
+
 async def test_run_log_cache_gives_only_the_prior_runs_the_header_names() -> None:
     store = MemorySessionStore()
     for run_id, created in [("r-1", 10), ("r-2", 20), ("r-3", 30), (RUN, 40)]:
@@ -469,3 +530,42 @@ async def test_a_save_that_catches_up_unstages_only_its_newest_entry(tmp_path: P
     folded.apply_all(await store.read_log(state.plan.run_id, 0, 10))
     assert folded.ref == state.journal.head
     assert [m.text()[:1] for m in folded.messages if m.role == "assistant"] == ["a", "b"]
+
+
+async def test_a_checkpoint_hands_the_sink_only_what_the_store_holds(tmp_path: Path) -> None:
+    """The export is built while the store writes; a write that fails leaves the sink without it."""
+    store = GatedStore()
+    store.gate.set()
+    sink = RecordingSink()
+    acts = AgentActivities(scripted_config(tmp_path, [final()]), store=store, sinks={"local": sink})
+    env = ActivityEnvironment()
+    state = LoopState(plan(), now_ms=1_000)
+    seed = state.journal.take_entry()
+    assert seed is not None
+    await env.run(acts.run_logs.open_run, OpenRunInput(header=state.journal.header(), seed=seed))
+    state.journal.mark_stored()
+
+    def boundary(step: str) -> CheckpointInput:
+        call = ToolUseBlock(id=step, name="read", input={"file_path": f"{step}.txt"})
+        state.add_model_response(ModelResponse(message=Message(role="assistant", content=(call,))), 2_000)
+        state.add_tool_result(call, f"{step} output", False, 3_000)
+        state.journal.take_entry()
+        save = SaveCheckpointInput(run_id=state.plan.run_id, entries=tuple(state.journal.unstored()))
+        export = ExportInput(sink="local", log=state.journal.head, facts=state.export_facts(3_000))
+        return CheckpointInput(save=save, export=export)
+
+    first = boundary("a")  # not in the worker's cache yet: stored, then built (and folded)
+    descriptor = await env.run(acts.run_logs.checkpoint, first)
+    assert [e.descriptor for e in sink.exports] == [descriptor]
+    assert await store.log_head(state.plan.run_id) == state.journal.head
+    state.journal.mark_stored()
+    store.fail = True  # now built from the cached log while the store writes, and the write fails
+    with pytest.raises(OSError, match="disk full"):
+        await env.run(acts.run_logs.checkpoint, boundary("b"))
+    assert len(sink.exports) == 1  # the sink never saw the boundary the store did not keep
+    store.fail = False  # the workflow sends the same entries again at its next boundary
+    second = boundary("c")
+    assert second.save is not None and len(second.save.entries) == 2
+    descriptor = await env.run(acts.run_logs.checkpoint, second)
+    assert sink.exports[-1].descriptor == descriptor and len(sink.exports) == 2
+    assert await store.log_head(state.plan.run_id) == state.journal.head

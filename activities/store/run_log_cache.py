@@ -7,8 +7,10 @@ Another worker (or this one after a restart) folds it from the store.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.core.export import RunRecord
@@ -21,6 +23,8 @@ from durable_agent.core.run_log import LogEntry, LogRef, RunHeader, RunLog, Stat
 # A run that falls out is folded again from the store: a cost of its whole length, once.
 CACHED_RUNS = 256
 CACHED_BYTES = 256 * 1024 * 1024
+
+T = TypeVar("T")
 
 
 class RunLogCache:
@@ -115,6 +119,51 @@ class RunLogCache:
             except StateMissing:
                 pass
         self._logs.pop(run_id, None)  # folded again from the store when next read
+
+    async def append_while(
+        self, run_id: str, entries: Sequence[LogEntry], work: Callable[[], Awaitable[T]]
+    ) -> T:
+        """``append``, with ``work`` run while the store writes: ``work`` reads the log with the
+        entries already folded in (when this cache holds the log they extend; otherwise it runs
+        after the write).
+
+        A boundary builds its export this way: the store's fsynced write and the export's
+        encoding and digests take about as long as each other, and the sink is handed the
+        export only once this returns, so the store still holds a boundary before its sink does.
+
+        Args:
+            run_id: the run.
+            entries: the entries to store, checked against their digests.
+            work: what to run meanwhile.
+
+        Returns:
+            ``work``'s result, once the store holds the entries. A write that fails raises its
+            error (the cache forgets the run, to fold it again from the store); ``work``'s
+            result is then dropped.
+        """
+        log = self._logs.get(run_id)
+        first = entries[0] if entries else None
+        if log is None or first is None or not (first.delta.replace or first.version == log.version + 1):
+            await self.append(run_id, entries)
+            return await work()
+        try:
+            log.apply_all(entries)
+        except StateMissing:
+            self._logs.pop(run_id, None)  # half applied: folded again from the store
+            await self.append(run_id, entries)
+            return await work()
+        write = asyncio.ensure_future(self.store.append_log(run_id, entries))
+        try:
+            result = await work()
+        finally:
+            # the store's outcome decides the cache, whatever became of the work; its failure
+            # is the one raised
+            try:
+                await write
+            except BaseException:
+                self._logs.pop(run_id, None)
+                raise
+        return result
 
     def _remember(self, log: RunLog) -> None:
         self._logs[log.run_id] = log
