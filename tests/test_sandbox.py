@@ -25,6 +25,7 @@ from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools import ToolFailure, builtin_tools, sandbox
+from durable_agent.activities.tools.scratch import sweep_scratch
 from durable_agent.activities.tools.tool import text_of
 from durable_agent.client import run_result, start_run
 from durable_agent.config import ConfigError, SandboxConfig, load_config
@@ -323,7 +324,10 @@ async def test_kill_9_of_the_worker_kills_the_command(client: Client, tmp_path: 
     mark = marker()
     command = f"setsid sleep {mark} & sleep {mark} & echo > started; sleep {mark}"
     config, workspace, _ = write_setup(tmp_path, [tool_call("b1", "bash", command=command), final("never")])
+    temp = tmp_path / "worker-tmp"  # the worker's temporary folder, where calls make their scratch
+    temp.mkdir()
     with workers(client, config, tmp_path) as procs:
+        procs.env["TMPDIR"] = str(temp)
         worker = procs.start()
         handle = await start_run(
             client, AgentRunInput(prompt="sleep", workspace=str(workspace)), queue=procs.queue
@@ -336,6 +340,9 @@ async def test_kill_9_of_the_worker_kills_the_command(client: Client, tmp_path: 
             await until_alive("the command to start", running, 30, procs)
             procs.kill(worker)
             assert await none_left(mark), f"left running after kill -9: {processes_with(mark)}"
+            # the killed worker could not remove its call's scratch folder: a later worker does
+            (left,) = temp.glob(f"agent-bash-{worker.pid}-*")
+            assert sweep_scratch(temp) == [left] and not left.exists()
         finally:
             await handle.terminate("test over")
 
@@ -370,6 +377,22 @@ async def test_unsandboxed_the_shell_still_dies_with_the_worker(client: Client, 
                 if shell:
                     os.killpg(shell, signal.SIGKILL)
             await handle.terminate("test over")
+
+
+def test_sweep_removes_only_the_scratch_of_workers_gone(tmp_path: Path) -> None:
+    ended = subprocess.Popen(["true"])  # a process that ran and ended
+    ended.wait()
+    names = {
+        "dead": f"agent-bash-{ended.pid}-ab_1",
+        "live": f"agent-bash-{os.getpid()}-cd_2",
+        "init": "agent-bash-1-ef_3",  # pid 1 runs (another user's, or ours): kept
+        "older": "agent-bash-0d5_6suy",  # named before the pid was in it: its worker is unknown
+        "other": f"{ended.pid}-gh_4",
+    }
+    for name in names.values():
+        (tmp_path / name / "home").mkdir(parents=True)
+    assert sweep_scratch(tmp_path) == [tmp_path / names["dead"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in names.items() if k != "dead")
 
 
 # --- config, worker and demo ----------------------------------------------------------------------

@@ -33,6 +33,7 @@ from durable_agent.activities.tools.sandbox import (
     running,
 )
 from durable_agent.activities.tools.sandbox_limits import SandboxUnavailable, limited
+from durable_agent.activities.tools.scratch import SCRATCH_PREFIX, sweep_scratch_once
 from durable_agent.activities.tools.tool import ToolFailure, confine
 from durable_agent.config import SandboxConfig
 
@@ -95,7 +96,8 @@ def prepare_call(workspace: Path) -> tuple[Path, Path, dict[str, str]]:
     cwd = confine(workspace, ".")
     if not cwd.is_dir():
         raise ToolFailure(f"the workspace {str(workspace)!r} is not a folder")
-    scratch = Path(tempfile.mkdtemp(prefix="agent-bash-"))
+    sweep_scratch_once()
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     (scratch / "home").mkdir()
     (scratch / "tmp").mkdir()
     return cwd, scratch, environment(scratch)
