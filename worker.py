@@ -29,7 +29,6 @@ from durable_agent.config import AgentConfig, ConfigError, load_config
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.plugin import HEARTBEAT_THROTTLE, STICKY_TIMEOUT
 from durable_agent.telemetry import approvals_waiting_reporter, metrics_runtime, shutdown_tracing
-from durable_agent.workflow_slots import worker_tuner
 from durable_agent.workflows import AgentRun
 
 log = logging.getLogger("durable_agent.worker")
@@ -42,7 +41,6 @@ def build_worker(
     *,
     graceful_shutdown: timedelta = timedelta(0),
     workflow_task_slots: int | None = None,
-    shared_queue_slots: int | None = None,
 ) -> Worker:
     """A worker for ``AgentRun`` and its activities on ``queue``.
 
@@ -56,20 +54,13 @@ def build_worker(
         graceful_shutdown: How long a stopping worker lets the activities in flight finish
             before it cancels them (Temporal then retries them elsewhere); default: none.
         workflow_task_slots: Workflow tasks it works on at once; default: the config's
-            ``[worker] workflow_task_slots`` (100).
-        shared_queue_slots: Of those, the most from the task queue all workers share (runs
-            it replays: a takeover); default: the config's ``[worker] shared_queue_slots`` (4).
+            ``[worker] workflow_task_slots`` (4).
 
     Returns:
         A ``Worker`` for ``AgentRun`` and its activities, with the heartbeat throttle
-            (1 s), sticky-queue timeout (2 s) and few shared-queue slots a quick takeover
-            relies on (``durable_agent.workflow_slots``), running workflow code outside
-            Temporal's sandbox.
-
-    Raises:
-        ValueError: ``shared_queue_slots`` is not from 1 to the workflow task slots.
+            (1 s), sticky-queue timeout (2 s) and workflow task slots a quick takeover
+            relies on, running workflow code outside Temporal's sandbox.
     """
-    own = activities.config.worker
     return Worker(
         client,
         task_queue=queue or task_queue(),
@@ -79,9 +70,7 @@ def build_worker(
         # at most one heartbeat a second; a run whose worker died moves on after 2 s (plugin.py)
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
-        tuner=worker_tuner(
-            workflow_task_slots or own.workflow_task_slots, shared_queue_slots or own.shared_queue_slots
-        ),
+        max_concurrent_workflow_tasks=workflow_task_slots or activities.config.worker.workflow_task_slots,
         # The sandbox runs code of its own for every payload of every workflow task (temporalio
         # 1.35), which doubles a task's CPU and a replay's time: a worker that takes over runs
         # replays them within the 3 s task timeout. Determinism is kept by the import rules of

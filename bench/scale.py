@@ -16,10 +16,9 @@ A run is the scripted reader conversation of ``bench/step_cost.py``: S
 Phase 1, one worker: for each design (ours: ``AgentRun`` with its exports to
 the filesystem sink; naive: ``NaiveAgentRun`` unsandboxed) and each C of
 ``--concurrency``, a fresh worker with ``--slots`` (default max(100, C))
-activity and local-activity slots (workflow-task slots: ours keeps its own,
-``[worker] workflow_task_slots`` and ``shared_queue_slots`` (``durable_agent.workflow_slots``),
-unless ``--workflow-task-slots`` gives it that many in all, none kept for the shared queue; the
-naive loop gets ``--slots``) takes a warm-up run, then C
+activity and local-activity slots (workflow-task slots: ours keeps its
+``[worker] workflow_task_slots`` unless ``--workflow-task-slots`` says otherwise, the naive loop
+gets ``--slots``) takes a warm-up run, then C
 runs of ``--steps`` steps started at once. Printed per row:
 
 * ``steps``: tool calls completed, ``local`` of them as local activities
@@ -313,10 +312,7 @@ async def main() -> int:
     parser.add_argument("--pg-workers", type=int, default=3)
     parser.add_argument("--skip-pg", action="store_true")
     parser.add_argument(
-        "--workflow-task-slots",
-        type=int,
-        default=0,
-        help="ours' workflow-task slots, all alike; default: its own split (durable_agent.workflow_slots)",
+        "--workflow-task-slots", type=int, default=0, help="ours' workflow-task slots; default: its own"
     )
     parser.add_argument("--remote-tools", action="store_true", help="ours: every tool call an activity")
     parser.add_argument("--profile-at", type=int, default=100, help="C at which py-spy samples ours' worker")

@@ -11,9 +11,8 @@ unsandboxed (``bench/step_cost.py``'s ``naive_worker(..., sandboxed=False)``,
 under ``DIR``. ``--slots N`` gives the worker N activity and local-activity
 slots (Temporal's default is 100 each), a workflow cache of at least N, and
 the naive loop's worker N workflow-task slots; ours keeps the workflow-task
-slots it ships with (``[worker] workflow_task_slots``, at least N, of them
-``shared_queue_slots`` for the shared queue) unless ``--workflow-task-slots``
-gives it that many, all alike. ``--postgres`` puts the store and the sink on the PostgreSQL
+slots it ships with (``[worker] workflow_task_slots``) unless
+``--workflow-task-slots`` says otherwise. ``--postgres`` puts the store and the sink on the PostgreSQL
 server that ``BENCH_PG_DSN`` names (``bench/pg_cost.py``'s ``on_postgres``);
 ``--remote-tools`` runs every tool call as an ordinary activity (``[tools]
 local_calls = false``; by default the quick built-in tools run as local ones).
@@ -42,7 +41,6 @@ from bench.step_cost import Bench, naive_worker
 from durable_agent.client import connect, exit_process
 from durable_agent.core.tool_specs import offered_tools
 from durable_agent.worker import build_worker, connect_storage
-from durable_agent.workflow_slots import worker_tuner
 
 DESIGNS = ("ours", "naive")
 
@@ -95,17 +93,10 @@ async def scaled_worker(b: Bench, design: str, slots: int, workflow_task_slots: 
     config = template.config()
     template._bridge_worker.initiate_shutdown()  # never run: it stops without polling
     config["task_queue"] = b.queue
-    if design == "ours" and not workflow_task_slots:  # its own split of workflow-task slots
-        own = b.acts.config.worker
-        total = max(own.workflow_task_slots, slots)
-        config["tuner"] = worker_tuner(
-            total, own.shared_queue_slots, activities=slots, local_activities=slots
-        )
-    else:
-        config.pop("tuner", None)
+    if design != "ours" or workflow_task_slots:
         config["max_concurrent_workflow_tasks"] = workflow_task_slots or slots
-        config["max_concurrent_activities"] = slots
-        config["max_concurrent_local_activities"] = slots
+    config["max_concurrent_activities"] = slots
+    config["max_concurrent_local_activities"] = slots
     config["max_cached_workflows"] = max(config.get("max_cached_workflows", 1000), slots)
     return Worker(**config)
 

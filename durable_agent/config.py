@@ -409,35 +409,20 @@ class ContextConfig(_Strict):
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-# Workflow tasks one worker process works on at once (``[worker] workflow_task_slots``): Temporal's
-# default; and of them, the most from the task queue all workers share (``shared_queue_slots``).
-WORKFLOW_TASK_SLOTS = 100
-SHARED_QUEUE_SLOTS = 4
+# Workflow tasks one worker process works on at once (``[worker] workflow_task_slots``).
+WORKFLOW_TASK_SLOTS = 4
 
 
 class WorkerConfig(_Strict):
     """How much one worker process takes on at once (``build_worker`` and the plugin)."""
 
-    # Workflow tasks the process works on at once. Tasks of runs it holds in memory come on its
-    # own (sticky) queue and cost milliseconds; a task keeps its slot while its quick tool calls
-    # and its checkpoint run, so 20 runs at once made 19 steps a second with 4 slots and 29 with
-    # 100 (docs/costs.md).
+    # Workflow tasks the process works on at once (Temporal's default is 100). Workflow code runs
+    # on one core (Python's lock), and a task keeps its slot while its quick tool calls and its
+    # checkpoint run: past a few slots, tasks only wait longer for that core. A worker that takes
+    # over a dead one's runs replays every run it polled at once, together: with 100 slots, ten
+    # such replays each took longer than the 3 s task timeout and were tried again and again
+    # (takeovers of 16 to 24 s); with 4, each is done in turn (docs/costs.md, Takeover).
     workflow_task_slots: int = Field(WORKFLOW_TASK_SLOTS, ge=2, le=1_000)  # the SDK's floor: 2
-    # Of those, the most taken from the queue all workers share: a run's first task, and the
-    # tasks of runs it does not hold, whose history it replays whole (a takeover). Replays share
-    # one core (Python's lock): with 100 at once, ten of them each took longer than the 3 s task
-    # timeout and were tried again and again (takeovers of 16 to 24 s); with 4, each is done in
-    # turn (docs/costs.md, Takeover). ``durable_agent.workflow_slots`` gives the slots.
-    shared_queue_slots: int = Field(SHARED_QUEUE_SLOTS, ge=1, le=1_000)
-
-    @model_validator(mode="after")
-    def _shared_within_total(self) -> WorkerConfig:
-        if self.shared_queue_slots > self.workflow_task_slots:
-            raise ValueError(
-                f"shared_queue_slots ({self.shared_queue_slots}) cannot be more than "
-                f"workflow_task_slots ({self.workflow_task_slots})"
-            )
-        return self
 
 
 class MetricsConfig(_Strict):

@@ -37,7 +37,6 @@ from durable_agent.codec import data_converter
 from durable_agent.config import AgentConfig, load_config
 from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.telemetry import approvals_waiting_reporter, metrics_runtime
-from durable_agent.workflow_slots import worker_tuner
 from durable_agent.workflows import AgentRun
 
 # The SDK's defaults, which the plugin tightens where the worker's config left them as they are.
@@ -185,10 +184,8 @@ class DurableAgentPlugin(SimplePlugin):
                 the tracing interceptor when traces are on and the client lacks it, the
                 modules of ``PASSED_THROUGH`` (``durable_agent`` and the libraries it builds
                 on) passed through a sandboxed workflow runner, and the heartbeat throttle
-                (1 s), sticky-queue timeout (2 s) and ``[worker]``'s workflow-task slots
-                (``durable_agent.workflow_slots``) where the host left the SDK's defaults
-                (and set neither ``max_concurrent_workflow_tasks`` nor a tuner; its
-                ``max_concurrent_activities`` and the like are kept in the tuner).
+                (1 s), sticky-queue timeout (2 s) and ``[worker] workflow_task_slots`` where
+                the host left the SDK's defaults (and set no tuner).
 
         Raises:
             ConfigError: As ``agent_activities``, the first time.
@@ -200,15 +197,7 @@ class DurableAgentPlugin(SimplePlugin):
         if config.get("sticky_queue_schedule_to_start_timeout") == _SDK_STICKY_TIMEOUT:
             config["sticky_queue_schedule_to_start_timeout"] = STICKY_TIMEOUT
         if config.get("max_concurrent_workflow_tasks") is None and config.get("tuner") is None:
-            own = self.config.worker
-            # a tuner replaces the per-kind maximums: the host's are carried into it
-            config["tuner"] = worker_tuner(
-                own.workflow_task_slots,
-                own.shared_queue_slots,
-                activities=config.pop("max_concurrent_activities", None),
-                local_activities=config.pop("max_concurrent_local_activities", None),
-                nexus_tasks=config.pop("max_concurrent_nexus_tasks", None),
-            )
+            config["max_concurrent_workflow_tasks"] = self.config.worker.workflow_task_slots
         return config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:

@@ -10,21 +10,14 @@ from pathlib import Path
 import pytest
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import FixedSizeSlotSupplier, Replayer, Worker, WorkerTuner
+from temporalio.worker import Replayer, Worker, WorkerTuner
 
 from durable_agent.activities import AgentActivities
 from durable_agent.client import start_run
-from durable_agent.config import (
-    SHARED_QUEUE_SLOTS,
-    WORKFLOW_TASK_SLOTS,
-    AgentConfig,
-    ConfigError,
-    load_config,
-)
+from durable_agent.config import WORKFLOW_TASK_SLOTS, AgentConfig, ConfigError, load_config
 from durable_agent.core.run_api import AgentRunInput
 from durable_agent.plugin import HEARTBEAT_THROTTLE, STICKY_TIMEOUT, DurableAgentPlugin
 from durable_agent.worker import build_worker
-from durable_agent.workflow_slots import WorkflowTaskSlots
 from tests.helpers import final, read_call, scripted_config, workspace_with
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -60,7 +53,7 @@ async def test_the_plugin_wires_a_plain_worker_that_completes_a_run(client: Clie
     worker = Worker(own, task_queue=queue, workflows=[UserGreeting], activities=[greet])
     assert worker.config(active_config=True)["max_heartbeat_throttle_interval"] == HEARTBEAT_THROTTLE
     assert worker.config(active_config=True)["sticky_queue_schedule_to_start_timeout"] == STICKY_TIMEOUT
-    assert slots_of(worker) == (WORKFLOW_TASK_SLOTS, SHARED_QUEUE_SLOTS)
+    assert worker.config(active_config=True)["max_concurrent_workflow_tasks"] == WORKFLOW_TASK_SLOTS
     async with worker:
         handle = await start_run(
             own, AgentRunInput(prompt="read the evidence", workspace=str(ws)), queue=queue
@@ -79,71 +72,37 @@ async def test_the_plugin_wires_a_plain_worker_that_completes_a_run(client: Clie
 async def test_workflow_task_slots_come_from_the_config_where_the_host_set_none(
     client: Client, tmp_path: Path
 ) -> None:
-    """``[worker] workflow_task_slots`` and ``shared_queue_slots``: build_worker's and the plugin's
-    default (``WorkflowTaskSlots`` in a tuner); a host's own ``max_concurrent_workflow_tasks`` or
-    tuner is kept, and its other maximums are carried into ours."""
-    config = scripted_config(tmp_path, [final()], worker={"workflow_task_slots": 30, "shared_queue_slots": 3})
+    """``[worker] workflow_task_slots``: build_worker's and the plugin's default; a host's own
+    ``max_concurrent_workflow_tasks`` or tuner is kept."""
+    config = scripted_config(tmp_path, [final()])
+    config = config.model_copy(update={"worker": config.worker.model_copy(update={"workflow_task_slots": 3})})
     own = await plugin_client(client, DurableAgentPlugin(config))
 
     def slots(worker: Worker) -> object:
-        found = slots_of(worker)
+        options = worker.config(active_config=True)
         worker._bridge_worker.initiate_shutdown()  # never run: it stops without polling
-        return found
+        return options.get("max_concurrent_workflow_tasks")
 
     q = f"slots-{uuid.uuid4().hex[:8]}"
-    assert slots(Worker(own, task_queue=f"{q}-a")) == (30, 3)
+    assert slots(Worker(own, task_queue=f"{q}-a")) == 3
     assert slots(Worker(own, task_queue=f"{q}-b", max_concurrent_workflow_tasks=7)) == 7
     fixed = WorkerTuner.create_fixed(workflow_slots=9, activity_slots=9)
     tuned = Worker(own, task_queue=f"{q}-c", tuner=fixed)
-    assert slots(tuned) == fixed
-    capped = Worker(
-        own, task_queue=f"{q}-f", max_concurrent_activities=12, max_concurrent_local_activities=13
-    )
-    options = capped.config(active_config=True)
-    tuner = options.get("tuner")
-    assert tuner is not None and options.get("max_concurrent_activities") is None
-    assert tuner._get_activity_task_slot_supplier() == FixedSizeSlotSupplier(12)
-    assert tuner._get_local_activity_task_slot_supplier() == FixedSizeSlotSupplier(13)
-    assert slots(capped) == (30, 3)
+    assert slots(tuned) is None
     acts = AgentActivities(config)
     try:
-        assert slots(build_worker(client, acts, f"{q}-d")) == (30, 3)
-        assert slots(build_worker(client, acts, f"{q}-e", workflow_task_slots=5, shared_queue_slots=2)) == (
-            5,
-            2,
-        )
+        assert slots(build_worker(client, acts, f"{q}-d")) == 3
+        assert slots(build_worker(client, acts, f"{q}-e", workflow_task_slots=5)) == 5
     finally:
         await acts.aclose()
 
 
-def slots_of(worker: Worker) -> object:
-    """``(total, shared)`` of the worker's ``WorkflowTaskSlots``; else its own setting or tuner."""
-    options = worker.config(active_config=True)
-    tuner = options.get("tuner")
-    if tuner is None:
-        return options.get("max_concurrent_workflow_tasks")
-    supplier = tuner._get_workflow_task_slot_supplier()
-    return (supplier.total, supplier.shared) if isinstance(supplier, WorkflowTaskSlots) else tuner
-
-
-@pytest.mark.parametrize(
-    ("section", "refused"),
-    [
-        ("workflow_task_slots = 1", "workflow_task_slots"),
-        ("shared_queue_slots = 0", "shared_queue_slots"),
-        ("workflow_task_slots = 3\nshared_queue_slots = 4", "cannot be more than workflow_task_slots"),
-    ],
-)
-def test_workflow_task_slots_out_of_range_are_refused(tmp_path: Path, section: str, refused: str) -> None:
+def test_workflow_task_slots_below_the_sdks_floor_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "agent.toml"
-    path.write_text(f"[worker]\n{section}\n")
-    with pytest.raises(ConfigError, match=refused):
+    path.write_text("[worker]\nworkflow_task_slots = 1\n")
+    with pytest.raises(ConfigError, match="workflow_task_slots"):
         load_config(path)
-    defaults = AgentConfig().worker
-    assert (defaults.workflow_task_slots, defaults.shared_queue_slots) == (
-        WORKFLOW_TASK_SLOTS,
-        SHARED_QUEUE_SLOTS,
-    )
+    assert AgentConfig().worker.workflow_task_slots == WORKFLOW_TASK_SLOTS
 
 
 async def test_the_plugin_encrypts_with_the_config_codec(

@@ -42,8 +42,9 @@ def sweep_scratch(root: Path) -> list[Path]:
         pid, dash, _ = name.removeprefix(SCRATCH_PREFIX).partition("-")
         if not name.startswith(SCRATCH_PREFIX) or not dash or not pid.isdigit() or _process_runs(int(pid)):
             continue
-        shutil.rmtree(root / name, ignore_errors=True)
-        removed.append(root / name)
+        shutil.rmtree(root / name, ignore_errors=True)  # another user's stays: not ours to remove
+        if not os.path.lexists(root / name):
+            removed.append(root / name)
     return removed
 
 
