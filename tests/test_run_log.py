@@ -499,16 +499,22 @@ def test_an_export_is_the_folded_log_after_the_prior_runs() -> None:
     assert run.snapshot.event_count == state.journal.event_count > len(run.events)
 
 
-async def test_a_save_that_catches_up_unstages_only_its_newest_entry(tmp_path: Path) -> None:
-    """After a failed save the next one sends two entries: the older whole, the newest by digest."""
-    store = MemorySessionStore()
-    acts = AgentActivities(scripted_config(tmp_path, [final()]), store=store)
-    env = ActivityEnvironment()
+async def opened_run(env: ActivityEnvironment, acts: AgentActivities) -> LoopState:
+    """A run's state whose log the store holds from its first entry (``agent.open_run``)."""
     state = LoopState(plan(), now_ms=1_000)
     seed = state.journal.take_entry()
     assert seed is not None
     await env.run(acts.run_logs.open_run, OpenRunInput(header=state.journal.header(), seed=seed))
     state.journal.mark_stored()
+    return state
+
+
+async def test_a_save_that_catches_up_unstages_only_its_newest_entry(tmp_path: Path) -> None:
+    """After a failed save the next one sends two entries: the older whole, the newest by digest."""
+    store = MemorySessionStore()
+    acts = AgentActivities(scripted_config(tmp_path, [final()]), store=store)
+    env = ActivityEnvironment()
+    state = await opened_run(env, acts)
     for step in ("a", "b"):  # two steps, each a long staged message and a long staged output
         call = ToolUseBlock(id=step, name="read", input={"file_path": f"{step}.txt"})
         message = Message(role="assistant", content=(TextBlock(text=step * STAGE_MIN_BYTES), call))
@@ -539,11 +545,7 @@ async def test_a_checkpoint_hands_the_sink_only_what_the_store_holds(tmp_path: P
     sink = RecordingSink()
     acts = AgentActivities(scripted_config(tmp_path, [final()]), store=store, sinks={"local": sink})
     env = ActivityEnvironment()
-    state = LoopState(plan(), now_ms=1_000)
-    seed = state.journal.take_entry()
-    assert seed is not None
-    await env.run(acts.run_logs.open_run, OpenRunInput(header=state.journal.header(), seed=seed))
-    state.journal.mark_stored()
+    state = await opened_run(env, acts)
 
     def boundary(step: str) -> CheckpointInput:
         call = ToolUseBlock(id=step, name="read", input={"file_path": f"{step}.txt"})
