@@ -98,8 +98,9 @@ class HookCalls:
         try:
             # the bash tool's start, for this command (its timeout is not used: ours is)
             argv, env, options, ended = await process.prepared(inp.hook.command, settings, cwd, scratch, env)
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
+            proc = await process.start_command(
+                argv,
+                sandboxed,
                 cwd=cwd,
                 env=env,
                 stdin=asyncio.subprocess.PIPE,

@@ -489,6 +489,49 @@ async def test_bash_cancel_kills_the_whole_process_group(ws: Path) -> None:
     assert not tools_process.group_alive(shell)
 
 
+@pytest.mark.parametrize("tools", [UNSANDBOXED, TOOLS], ids=["unsandboxed", "sandboxed"])
+async def test_a_cancel_while_the_command_starts_stops_all_it_started(
+    ws: Path, tools: dict[str, Tool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel that lands while asyncio still connects the new process's pipes (slow on a
+    loaded machine): asyncio alone would kill that one process, and its children live on."""
+    real_exec = asyncio.create_subprocess_exec
+    connected = asyncio.Event()
+
+    async def slow_to_connect(*argv: Any, **options: Any) -> asyncio.subprocess.Process:
+        proc = await real_exec(*argv, **options)
+        await connected.wait()  # the command runs meanwhile, as it would on a busy loop
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_to_connect)
+    mark = f"300.{time.time_ns() % 10**9:09d}"  # this test's own child, whatever else runs
+    command = f"echo $$ > pid; sleep {mark} & echo $! > child; wait"
+    task = asyncio.create_task(run(ws, "bash", command=command, tools=tools))
+    await until(
+        "the background child to start", lambda: (ws / "child").exists() and (ws / "child").read_text()
+    )
+    assert not task.done()  # still starting
+    task.cancel()
+    await asyncio.sleep(0.1)
+    connected.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    left = [p for p in processes_running() if f"sleep\x00{mark}\x00" in p[1]]
+    assert not left, f"left running: {left}"
+
+
+def processes_running() -> list[tuple[int, str]]:
+    """Every live process's pid and command line (NUL-separated), zombies left out."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and alive(int(name)):
+            try:
+                found.append((int(name), Path(f"/proc/{name}/cmdline").read_text(errors="replace")))
+            except OSError:
+                continue
+    return found
+
+
 def test_bash_timeout_fits_inside_the_activity_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the activity's own limit Temporal would retry, running the command again: stop first."""
     now = datetime.now(UTC)

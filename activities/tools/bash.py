@@ -46,6 +46,7 @@ from durable_agent.activities.tools.process import (
     nothing,
     prepare_call,
     prepared,
+    start_command,
     supervise,
     time_limit,
 )
@@ -83,8 +84,9 @@ async def bash(args: BashArgs, workspace: Path, settings: SandboxConfig | None =
     try:
         argv, env, options, ended = await prepared(args.command, settings, cwd, scratch, env)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
+            proc = await start_command(
+                argv,
+                sandboxed,
                 cwd=cwd,
                 env=env,  # bwrap's too: the sandbox's pid 1 is its fork, /proc/1/environ its environment
                 stdin=asyncio.subprocess.DEVNULL,

@@ -217,6 +217,34 @@ async def stop_group(pgid: int) -> None:
         _signal_group(pgid, signal.SIGKILL)
 
 
+async def start_command(argv: list[str], sandboxed: bool, **options: Any) -> asyncio.subprocess.Process:
+    """``asyncio.create_subprocess_exec(*argv, **options)``, whose processes a cancel does not
+    leave running.
+
+    A cancel while asyncio connects the new process's pipes (long enough, on a loaded machine,
+    for the command to have started children) closes them and kills that one process, not
+    its group or sandbox: here the start is let finish, then everything the command started
+    is stopped, as ``supervise`` stops it, before the cancel goes on.
+
+    Args:
+        argv: The program and its arguments.
+        sandboxed: Whether it is the sandbox (bwrap) rather than the command itself.
+        options: ``create_subprocess_exec``'s (``start_new_session=True`` unsandboxed).
+
+    Returns:
+        The started process.
+    """
+    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, **options))
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):  # one that did not start has nothing to stop
+            proc = await spawn
+            await (stop_sandbox(proc) if sandboxed else stop_group(proc.pid))
+            await asyncio.wait_for(proc.wait(), KILL_GRACE_SECONDS)
+        raise
+
+
 async def _wait_gone(pid: int, timeout: float) -> bool:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
