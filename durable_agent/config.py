@@ -416,12 +416,12 @@ WORKFLOW_TASK_SLOTS = 4
 class WorkerConfig(_Strict):
     """How much one worker process takes on at once (``build_worker`` and the plugin)."""
 
-    # Workflow tasks the process works on at once (Temporal's default is 100). Workflow code runs
-    # on one core (Python's lock), and a task keeps its slot while its quick tool calls and its
-    # checkpoint run: past a few slots, tasks only wait longer for that core. A worker that takes
+    # Workflow tasks the process works on at once (Temporal's default is 100). A worker that takes
     # over a dead one's runs replays every run it polled at once, together: with 100 slots, ten
     # such replays each took longer than the 3 s task timeout and were tried again and again
-    # (takeovers of 16 to 24 s); with 4, each is done in turn (docs/costs.md, Takeover).
+    # (takeovers of 16 to 24 s); with 4, each is done in turn (docs/costs.md, Takeover). What
+    # 4 costs in throughput (20 runs on one worker) was within the bench's noise, or up to a
+    # fifth in some runs: docs/production.md.
     workflow_task_slots: int = Field(WORKFLOW_TASK_SLOTS, ge=2, le=1_000)  # the SDK's floor: 2
 
 
