@@ -32,6 +32,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.converter import DataConverter
 from temporalio.envconfig import ClientConfig
 from temporalio.exceptions import ApplicationError, CancelledError
@@ -49,6 +50,7 @@ from durable_agent.core.output_schema import OutputSchemaError, RunOutputError, 
 from durable_agent.core.plan import MESSAGE_BYTES_CEILING, WORKFLOW_TASK_SECONDS
 from durable_agent.core.run_api import (
     AWAITING_PROMPT,
+    EXECUTING,
     QUERY_EVENTS,
     QUERY_RESULT,
     QUERY_STATUS,
@@ -67,6 +69,9 @@ from durable_agent.core.run_api import (
     SteerMessage,
 )
 from durable_agent.telemetry import configure_tracing, tracing_interceptors
+
+SESSION_ID_KEY = SearchAttributeKey.for_keyword(SA_SESSION_ID)
+RUN_STATUS_KEY = SearchAttributeKey.for_keyword(SA_RUN_STATUS)
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
@@ -257,11 +262,19 @@ async def start_run(
         title = f"resumed: {source.source_run().snapshot.prompt}" if source else ""
         if run.resume_from_file is not None:
             title = f"resumed from {Path(run.resume_from_file).name}"
+    workflow_id = workflow_id or f"agent-run-{uuid.uuid4().hex[:12]}"
     return await client.start_workflow(
         WORKFLOW_TYPE,
         run.model_dump(mode="json", exclude_none=True),
-        id=workflow_id or f"agent-run-{uuid.uuid4().hex[:12]}",
+        id=workflow_id,
         task_queue=queue or task_queue(),
+        # what the run's first task would set (one billed action less on Temporal Cloud)
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(SESSION_ID_KEY, run.session_id or workflow_id),
+                SearchAttributePair(RUN_STATUS_KEY, EXECUTING),
+            ]
+        ),
         result_type=AgentRunResult,
         static_summary=summary_of(title),
         static_details=details_of(run),

@@ -19,6 +19,9 @@ histories): ::
     python scripts/record_history.py hooks tests/histories/agent_run_hooks_v8.json
     python scripts/record_history.py basic tests/histories/agent_run_v9.json
     python scripts/record_history.py parallel tests/histories/agent_run_parallel_v9.json
+    python scripts/record_history.py basic tests/histories/agent_run_v10.json
+    python scripts/record_history.py parallel tests/histories/agent_run_parallel_v10.json
+    python scripts/record_history.py continued tests/histories/agent_run_continued_v10.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -46,6 +49,11 @@ patch's marker is in the ledger, ``workflows/patches.py``.
 plan's ``ToolOffer.local``, so no patch: a plan from before has none), and the workflow task that
 takes a model answer is stamped with the model activity's completion time
 (``ModelResponse.completed_at_ms``).
+
+``*_v10``: the run's plan, its log's opening and its end are local activities (the
+``local-start-and-finish`` patch): the plan and the log in the run's first workflow task, the
+end in its last; and each execution asks every patch it may need in its first workflow task,
+before any local activity (``workflows/starting.py``, ``ask_patches_first``).
 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the

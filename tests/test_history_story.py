@@ -12,6 +12,7 @@ from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
 from durable_agent.config import ConfigError
+from durable_agent.core.run_api import SA_RUN_STATUS, SA_SESSION_ID, WORKFLOW_TYPE, AgentRunInput
 from tests.helpers import (
     awaiting_approval,
     final,
@@ -141,3 +142,39 @@ async def test_empty_lists_in_results_are_empty_lists_not_null(client: Client, t
     result = json.loads(completed.result.payloads[0].data)
     assert (result["exports"], result["export_failures"], result["persistence_failures"]) == ([], [], [])
     assert (status["pending_approvals"], status["budgets"]) == ([], [])
+
+
+async def test_a_run_is_listed_as_executing_from_its_start_however_it_was_started(
+    client: Client, tmp_path: Path
+) -> None:
+    """``start_run`` sets the search attributes at the start, and the run does not upsert them
+    again (a billed action); a run started without them (``temporal workflow start``) sets them."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "evidence.txt").write_text("e\n")
+    config = scripted_config(tmp_path, [read_call("r1", "evidence.txt"), final()])
+    async with running_worker(client, AgentActivities(config)) as queue:
+        ours = await start(client, queue, ws, session_id="listed-session")
+        raw = await client.start_workflow(
+            WORKFLOW_TYPE,
+            AgentRunInput(prompt="read", workspace=str(ws)).model_dump(mode="json", exclude_none=True),
+            id=f"raw-{tmp_path.name[-20:]}",
+            task_queue=queue,
+        )
+        for handle in (ours, raw):
+            await handle.result()
+    session = {ours.id: "listed-session", raw.id: raw.id}
+    for handle in (ours, raw):
+        upserts = [
+            set(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
+            async for e in handle.fetch_history_events()
+            if e.HasField("upsert_workflow_search_attributes_event_attributes")
+        ]
+        runs = [u for u in upserts if u != {"TemporalChangeVersion"}]
+        # the start's values, then the end's status
+        assert runs == (
+            [{SA_RUN_STATUS}] if handle is ours else [{SA_SESSION_ID, SA_RUN_STATUS}, {SA_RUN_STATUS}]
+        )
+        desc = await handle.describe()
+        assert desc.search_attributes.get(SA_SESSION_ID) == [session[handle.id]]
+        assert desc.search_attributes.get(SA_RUN_STATUS) == ["completed"]

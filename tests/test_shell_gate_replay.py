@@ -4,8 +4,9 @@ Against the dev server. A run recorded by the code before the fail-closed rules 
 the worker's ``decide_call`` takes the legacy decision) asked a person about
 ``bash <<< 'git push'``; today's rules deny it. Its history replays on today's code because the
 new decision sits behind the ``shell-judge-unseen`` patch, and fails to replay without that
-gate. A new run takes the new decision and records the patch marker; a run whose decisions
-did not change records none.
+gate. A new run takes the new decision and records the patch marker (in its first task, as it
+asks every patch: ``starting.ask_patches_first``); on the code before that, a run whose
+decisions did not change recorded none.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from durable_agent.activities import AgentActivities
 from durable_agent.core.events import ConfirmationRequiredEvent, PermissionDeniedEvent
 from durable_agent.core.permissions import Decision, PermissionPolicy
-from durable_agent.workflows import AgentRun, shell_gate
+from durable_agent.workflows import AgentRun, shell_gate, starting
 from durable_agent.workflows.patches import PATCH_SHELL_UNSEEN
 from tests.helpers import (
     RecordingSink,
@@ -37,6 +38,11 @@ from tests.test_replay import replayer
 # No allow rule; the deny rule could match the here-string's script; `ask = ["bash"]` is the ask path.
 PERMISSIONS = {"deny": ["bash(git push:*)"], "ask": ["bash"], "default": "deny"}
 FED = "bash <<< 'git push'"  # legacy: ask (a here-string is opaque); today: deny (its script is read)
+
+
+def asks_nothing_first(*, new_run: bool) -> bool:
+    """The code before ``local-start-and-finish``: no patch is asked until its branch is."""
+    return False
 
 
 def legacy_decide(policy: PermissionPolicy, tool: str, target: str | None) -> Decision:
@@ -73,6 +79,7 @@ async def test_a_run_recorded_before_replays_its_old_decision(
     sink = RecordingSink()
     with monkeypatch.context() as old_code:
         old_code.setattr(shell_gate, "decide_call", legacy_decide)
+        old_code.setattr(starting, "ask_patches_first", asks_nothing_first)
         async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
             handle = await start(client, queue, workspace(tmp_path))
             status = await awaiting_approval(handle)
@@ -120,11 +127,15 @@ async def test_a_new_run_takes_the_new_decision_and_records_the_patch(client: Cl
     assert replay.replay_failure is None, replay.replay_failure
 
 
-async def test_a_run_whose_decisions_did_not_change_records_no_marker(client: Client, tmp_path: Path) -> None:
+async def test_a_run_whose_decisions_did_not_change_records_no_marker(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     responses = [tool_call("b0", "bash", command="bash -c 'git push'"), final("denied")]
     config = scripted_config(tmp_path, responses, permissions=PERMISSIONS)
-    async with running_worker(client, AgentActivities(config)) as queue:
-        handle = await start(client, queue, workspace(tmp_path))
-        result = await handle.result()
-        history = await handle.fetch_history()
+    with monkeypatch.context() as before:
+        before.setattr(starting, "ask_patches_first", asks_nothing_first)
+        async with running_worker(client, AgentActivities(config)) as queue:
+            handle = await start(client, queue, workspace(tmp_path))
+            result = await handle.result()
+            history = await handle.fetch_history()
     assert result.status == "completed" and markers(history) == 0

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.models import ModelResponse, ToolUseBlock
     from durable_agent.core.run_api import (
         AWAITING_PROMPT,
+        EXECUTING,
         QUERY_EVENTS,
         QUERY_RESULT,
         QUERY_STATUS,
@@ -75,7 +76,7 @@ from durable_agent.workflows.context_keeper import (
     is_overflow,
     model_pending,
 )
-from durable_agent.workflows.display import EXECUTING, RunDisplay
+from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.ending import Ending
 from durable_agent.workflows.final_result import FinalResults
 from durable_agent.workflows.hook_runner import HookRunner

@@ -14,15 +14,19 @@ from temporalio.common import SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.run_api import AWAITING_APPROVAL, AWAITING_PROMPT, SA_RUN_STATUS, SA_SESSION_ID
+    from durable_agent.core.run_api import (
+        AWAITING_APPROVAL,
+        AWAITING_PROMPT,
+        EXECUTING,
+        SA_RUN_STATUS,
+        SA_SESSION_ID,
+    )
     from durable_agent.core.todo_list import checklist_markdown, summary
 
 from durable_agent.workflows.calls import Cancellation
 
 SESSION_ID_KEY = SearchAttributeKey.for_keyword(SA_SESSION_ID)
 RUN_STATUS_KEY = SearchAttributeKey.for_keyword(SA_RUN_STATUS)
-
-EXECUTING = "executing"
 
 
 class RunDisplay:
@@ -32,11 +36,18 @@ class RunDisplay:
         self._cancellation = cancellation
         self._shown = EXECUTING  # the status search lists the run by
 
-    def started(self, session_id: str) -> None:
-        """A run (or an execution it continued as new into) is under way in ``session_id``."""
-        workflow.upsert_search_attributes(
-            [SESSION_ID_KEY.value_set(session_id), RUN_STATUS_KEY.value_set(EXECUTING)]
-        )
+    def started(self, session_id: str, *, unless_set: bool = False) -> None:
+        """A run (or an execution it continued as new into) is under way in ``session_id``.
+
+        ``unless_set``: no upsert (a billed action on Temporal Cloud) when the execution started
+        with these values already (``client.start_run`` sets them; continue-as-new carries them).
+        Histories recorded before ``local-start-and-finish`` upserted them again.
+        """
+        wanted = [SESSION_ID_KEY.value_set(session_id), RUN_STATUS_KEY.value_set(EXECUTING)]
+        given = workflow.info().typed_search_attributes
+        if unless_set and all(given.get(update.key) == update.value for update in wanted):
+            return
+        workflow.upsert_search_attributes(wanted)
 
     def status(self, status: str) -> None:
         """The run's status as search lists it: executing, awaiting_approval, or how it ended."""

@@ -78,6 +78,9 @@ class LogKeeper:
     def __init__(self, calls: CallRunner, display: RunDisplay) -> None:
         self._calls = calls
         self._display = display
+        # the log's opening and the run's end as local activities (``local-start-and-finish``):
+        # what this execution's first task asked (``starting.ask_patches_first``)
+        self.local_bookends = False
 
     async def open(self, state: LoopState) -> None:
         """Write the run's header and first log entry; the store names the session's ended runs."""
@@ -92,6 +95,7 @@ class LogKeeper:
                 OpenRunInput(header=journal.header(), seed=seed, resumed=resumed),
                 summary=f"open run log in session {state.plan.session_id}",
                 timeouts=state.plan.timeouts,
+                local=self.local_bookends,
             )
         except ActivityError as exc:
             # the first save sends the log again, from its start
@@ -282,6 +286,7 @@ class LogKeeper:
                     timeouts=state.plan.timeouts,
                     # the run's end reaches the store even when a cancel ended the run
                     cancellable=False,
+                    local=self.local_bookends,
                 ),
             )
         except (ActivityError, RunFailed, RunCancelled) as exc:

@@ -8,6 +8,12 @@ from here; ``tests/test_patch_ledger.py`` holds the ledger to the code and to
 ``tests/histories/``: each id is asked for by the workflow, through the constant, and carried by
 at least one committed history (the ones named in ``histories``, no more, no fewer).
 
+Since ``local-start-and-finish``, each execution also asks every patch in its first workflow
+task, before any local activity (``starting.ask_patches_first``): the SDK fails a replay that
+meets a patch's marker after a local activity's in one task. ``asked`` says where a patch's
+branch is taken; runs started since carry every marker from their first task. A patch that goes
+goes from both places.
+
 When a patch goes (the docs' "Supporting runs started on older releases"): a release replays and
 carries on the runs started on itself and on the release before it. Runs started on the release
 a patch shipped in, before the patch, lack its marker; so in ``deprecate_in``, the second release
@@ -72,6 +78,7 @@ BOUNDED_PROMPT_PATCH = "bounded-start-prompt"
 PATCH_SHELL_UNSEEN = "shell-judge-unseen"
 HOOKS_PATCH = "run-hooks"
 PARALLEL_CALLS_PATCH = "parallel-tool-calls"
+LOCAL_BOOKENDS_PATCH = "local-start-and-finish"
 
 # Each entry: its id, the commit that brought it and its date, its release; the rest by name.
 LEDGER: tuple[Patch, ...] = (
@@ -87,14 +94,16 @@ LEDGER: tuple[Patch, ...] = (
         asked="at a new run's start (Starter.start); not in an execution continued as new",
         histories=listed(
             "agent_run_approval_v2.json agent_run_approval_v3.json agent_run_approval_v4.json",
-            "agent_run_approval_v5.json agent_run_cancel_checkpoint_v7.json agent_run_cancelled_v6.json",
-            "agent_run_compacted_v3.json agent_run_compacted_v4.json agent_run_compacted_v5.json",
-            "agent_run_continued_v2.json agent_run_continued_v3.json agent_run_continued_v4.json",
-            "agent_run_continued_v5.json agent_run_conversation_v3.json agent_run_conversation_v4.json",
+            "agent_run_approval_v5.json agent_run_cancel_checkpoint_v7.json",
+            "agent_run_cancelled_v6.json agent_run_compacted_v3.json agent_run_compacted_v4.json",
+            "agent_run_compacted_v5.json agent_run_continued_v10.json agent_run_continued_v2.json",
+            "agent_run_continued_v3.json agent_run_continued_v4.json agent_run_continued_v5.json",
+            "agent_run_conversation_v3.json agent_run_conversation_v4.json",
             "agent_run_conversation_v5.json agent_run_guarded_v2.json agent_run_guarded_v4.json",
-            "agent_run_guarded_v5.json agent_run_hooks_v8.json agent_run_parallel_v8.json",
-            "agent_run_parallel_v9.json agent_run_reasoning_v6.json agent_run_shell_unseen_v7.json",
-            "agent_run_v2.json agent_run_v4.json agent_run_v5.json agent_run_v9.json",
+            "agent_run_guarded_v5.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
+            "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
+            "agent_run_shell_unseen_v7.json agent_run_v10.json agent_run_v2.json agent_run_v4.json",
+            "agent_run_v5.json agent_run_v9.json",
         ),
         old_branch=("agent_run_approval_v1.json", "agent_run_continued_v1.json", "agent_run_v1.json"),
     ),
@@ -108,13 +117,17 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked="at every tool boundary (LogKeeper.boundary)",
         histories=listed(
-            "agent_run_approval_v4.json agent_run_approval_v5.json agent_run_cancel_checkpoint_v7.json",
-            "agent_run_cancelled_v6.json agent_run_compacted_v4.json agent_run_compacted_v5.json",
-            "agent_run_continued_v4-last.json agent_run_continued_v4.json agent_run_continued_v5-last.json",
-            "agent_run_continued_v5.json agent_run_conversation_v4.json agent_run_conversation_v5.json",
-            "agent_run_guarded_v4.json agent_run_guarded_v5.json agent_run_hooks_v8.json",
+            "agent_run_approval_v4.json agent_run_approval_v5.json",
+            "agent_run_cancel_checkpoint_v7.json agent_run_cancelled_v6.json",
+            "agent_run_compacted_v4.json agent_run_compacted_v5.json",
+            "agent_run_continued_v10-last.json agent_run_continued_v10.json",
+            "agent_run_continued_v4-last.json agent_run_continued_v4.json",
+            "agent_run_continued_v5-last.json agent_run_continued_v5.json",
+            "agent_run_conversation_v4.json agent_run_conversation_v5.json agent_run_guarded_v4.json",
+            "agent_run_guarded_v5.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
             "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
-            "agent_run_shell_unseen_v7.json agent_run_v4.json agent_run_v5.json agent_run_v9.json",
+            "agent_run_shell_unseen_v7.json agent_run_v10.json agent_run_v4.json agent_run_v5.json",
+            "agent_run_v9.json",
         ),
         old_branch=listed(
             "agent_run_approval_v1.json agent_run_approval_v2.json agent_run_approval_v3.json",
@@ -135,8 +148,9 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked=f"at a boundary without a tool activity's time, under {ONE_CHECKPOINT_PATCH}",
         histories=listed(
-            "agent_run_approval_v5.json agent_run_guarded_v5.json agent_run_shell_unseen_v7.json",
-            "agent_run_v5.json agent_run_v9.json",
+            "agent_run_approval_v5.json agent_run_continued_v10-last.json",
+            "agent_run_continued_v10.json agent_run_guarded_v5.json agent_run_parallel_v10.json",
+            "agent_run_shell_unseen_v7.json agent_run_v10.json agent_run_v5.json agent_run_v9.json",
         ),
         old_branch=listed(
             "agent_run_approval_v4.json agent_run_compacted_v4.json agent_run_continued_v4-last.json",
@@ -154,7 +168,11 @@ LEDGER: tuple[Patch, ...] = (
             "with status cancelled"
         ),
         asked="when a cancelled run closes (Ending.close)",
-        histories=("agent_run_cancel_checkpoint_v7.json", "agent_run_cancelled_v6.json"),
+        histories=listed(
+            "agent_run_cancel_checkpoint_v7.json agent_run_cancelled_v6.json",
+            "agent_run_continued_v10-last.json agent_run_continued_v10.json",
+            "agent_run_parallel_v10.json agent_run_v10.json",
+        ),
     ),
     Patch(
         CHECKPOINT_COMPLETES_PATCH,
@@ -167,9 +185,10 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked=f"at every boundary checkpointed by agent.checkpoint, under {ONE_CHECKPOINT_PATCH}",
         histories=listed(
-            "agent_run_cancel_checkpoint_v7.json agent_run_hooks_v8.json agent_run_parallel_v8.json",
-            "agent_run_parallel_v9.json agent_run_reasoning_v6.json agent_run_shell_unseen_v7.json",
-            "agent_run_v9.json",
+            "agent_run_cancel_checkpoint_v7.json agent_run_continued_v10-last.json",
+            "agent_run_continued_v10.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
+            "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
+            "agent_run_shell_unseen_v7.json agent_run_v10.json agent_run_v9.json",
         ),
     ),
     Patch(
@@ -181,7 +200,10 @@ LEDGER: tuple[Patch, ...] = (
             "went on with it"
         ),
         asked="only when a new run's prompt is over the limit",
-        histories=("agent_run_bounded_prompt_v7.json",),
+        histories=listed(
+            "agent_run_bounded_prompt_v7.json agent_run_continued_v10.json",
+            "agent_run_parallel_v10.json agent_run_v10.json",
+        ),
     ),
     Patch(
         PATCH_SHELL_UNSEEN,
@@ -192,7 +214,10 @@ LEDGER: tuple[Patch, ...] = (
             "fed to a shell, variables after a :* rule); before, by the rules before them"
         ),
         asked="only when the two judges decide a call differently (workflows/shell_gate.py)",
-        histories=("agent_run_shell_unseen_v7.json",),
+        histories=listed(
+            "agent_run_continued_v10-last.json agent_run_continued_v10.json",
+            "agent_run_parallel_v10.json agent_run_shell_unseen_v7.json agent_run_v10.json",
+        ),
     ),
     Patch(
         HOOKS_PATCH,
@@ -203,7 +228,10 @@ LEDGER: tuple[Patch, ...] = (
             "calls, on its prompts, at its end); runs before had no hooks"
         ),
         asked="only by a run whose plan has hooks, before its first hook (workflows/hook_runner.py)",
-        histories=("agent_run_hooks_v8.json",),
+        histories=listed(
+            "agent_run_continued_v10-last.json agent_run_continued_v10.json agent_run_hooks_v8.json",
+            "agent_run_parallel_v10.json agent_run_v10.json",
+        ),
     ),
     Patch(
         PARALLEL_CALLS_PATCH,
@@ -220,6 +248,48 @@ LEDGER: tuple[Patch, ...] = (
             "only for an answer with two consecutive calls to such tools, or two calls a rule may "
             "send to a person, all with different ids (workflows/call_batch.py)"
         ),
-        histories=("agent_run_parallel_v8.json", "agent_run_parallel_v9.json"),
+        histories=listed(
+            "agent_run_continued_v10-last.json agent_run_continued_v10.json",
+            "agent_run_parallel_v10.json agent_run_parallel_v8.json agent_run_parallel_v9.json",
+            "agent_run_v10.json",
+        ),
+    ),
+    Patch(
+        LOCAL_BOOKENDS_PATCH,
+        "issue 26 (2026-12-02)",
+        "0.2",
+        changes=(
+            "agent.resolve_run and agent.open_run run as local activities in the run's first "
+            "workflow task, and agent.finish_run in its last: no task queue round trip each, and one "
+            "billed action for a task's local activities. Each execution asks every patch it may "
+            "need in its first workflow task, before any local activity (starting.ask_patches_first), "
+            "since the SDK fails a replay that meets a patch marker after a local activity's in one "
+            "task. Before, three ordinary activities, and patches asked where their branch is"
+        ),
+        asked=(
+            "first in every execution (Starter.start, Starter.continued: ask_patches_first), and "
+            "when a run finishes (LogKeeper.finish)"
+        ),
+        histories=listed(
+            "agent_run_continued_v10-last.json agent_run_continued_v10.json",
+            "agent_run_parallel_v10.json agent_run_v10.json",
+        ),
+        old_branch=listed(
+            "agent_run_approval_v1.json agent_run_approval_v2.json agent_run_approval_v3.json",
+            "agent_run_approval_v4.json agent_run_approval_v5.json agent_run_bounded_prompt_v7.json",
+            "agent_run_cancel_checkpoint_v7.json agent_run_cancelled_v6.json",
+            "agent_run_compacted_v3.json agent_run_compacted_v4.json agent_run_compacted_v5.json",
+            "agent_run_continued_v1-last.json agent_run_continued_v1.json",
+            "agent_run_continued_v2-last.json agent_run_continued_v2.json",
+            "agent_run_continued_v3-last.json agent_run_continued_v3.json",
+            "agent_run_continued_v4-last.json agent_run_continued_v4.json",
+            "agent_run_continued_v5-last.json agent_run_continued_v5.json",
+            "agent_run_conversation_v3.json agent_run_conversation_v4.json",
+            "agent_run_conversation_v5.json agent_run_guarded_v2.json agent_run_guarded_v4.json",
+            "agent_run_guarded_v5.json agent_run_hooks_v8.json agent_run_parallel_v8.json",
+            "agent_run_parallel_v9.json agent_run_reasoning_v6.json agent_run_shell_unseen_v7.json",
+            "agent_run_v1.json agent_run_v2.json agent_run_v4.json agent_run_v5.json",
+            "agent_run_v9.json",
+        ),
     ),
 )

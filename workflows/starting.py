@@ -49,11 +49,51 @@ from durable_agent.workflows.admission import json_size
 from durable_agent.workflows.calls import CallRunner, Cancellation, RunFailed, now_ms
 from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.log_keeper import LogKeeper
-from durable_agent.workflows.patches import BOUNDED_PROMPT_PATCH, PATCH_LINEAR_HISTORY
+from durable_agent.workflows.patches import (
+    BOUNDED_PROMPT_PATCH,
+    CHECKPOINT_COMPLETES_PATCH,
+    HOOKS_PATCH,
+    LOCAL_BOOKENDS_PATCH,
+    ONE_CHECKPOINT_PATCH,
+    PARALLEL_CALLS_PATCH,
+    PATCH_CANCELED_STATE,
+    PATCH_LINEAR_HISTORY,
+    PATCH_SHELL_UNSEEN,
+    SAME_BYTES_PATCH,
+)
 
 # Before the plan exists the worker's timeouts are not known: the activities that make it
 # (resolve, read an export file) have fixed options, whatever timeouts they are given.
 BEFORE_PLAN = Timeouts()
+
+
+def ask_patches_first(*, new_run: bool) -> bool:
+    """Whether this execution runs its start and finish as local activities
+    (``LOCAL_BOOKENDS_PATCH``); if so, every patch it may ask later is asked here, in its
+    first workflow task, before any local activity.
+
+    The SDK (temporalio 1.35) fails a replay that meets a patch's marker recorded after a local
+    activity's in the same workflow task (a worker that keeps no run cached, a query answered
+    by replay: "Non-deprecated patch marker encountered ... no corresponding change command").
+    An answer is asked once an execution: later asks get it without a marker.
+
+    Args:
+        new_run: a run's first execution (not one continued as new), which also asks the
+            patches of a run's start.
+    """
+    if not workflow.patched(LOCAL_BOOKENDS_PATCH):
+        return False
+    if new_run:
+        workflow.patched(PATCH_LINEAR_HISTORY)
+        workflow.patched(BOUNDED_PROMPT_PATCH)
+    workflow.patched(PATCH_SHELL_UNSEEN)
+    workflow.patched(HOOKS_PATCH)
+    workflow.patched(PARALLEL_CALLS_PATCH)
+    workflow.patched(ONE_CHECKPOINT_PATCH)
+    workflow.patched(SAME_BYTES_PATCH)
+    workflow.patched(CHECKPOINT_COMPLETES_PATCH)
+    workflow.patched(PATCH_CANCELED_STATE)
+    return True
 
 
 class Starter:
@@ -116,7 +156,9 @@ class Starter:
         self.session_id = run_input.session_id or info.workflow_id
         # a rewound run goes on as a new run (``rewinding.py``): this execution's id, not the first's
         self.run_id = info.run_id if run_input.rewind is not None else info.first_execution_run_id
-        self._display.started(self.session_id)
+        # the plan resolved and the log opened by local activities, in this first task
+        self._log.local_bookends = ask_patches_first(new_run=True)
+        self._display.started(self.session_id, unless_set=self._log.local_bookends)
         self._display.details("resolving the run against the worker config", None)
         resume = run_input.resume_payload()
         point = await self._read_resume(run_input.resume_from_file) if run_input.resume_from_file else None
@@ -213,6 +255,7 @@ class Starter:
                 summary="resolve run against worker config",
                 timeouts=BEFORE_PLAN,
                 cancellable=False,
+                local=self._log.local_bookends,
             )
         except ActivityError as exc:
             self.refuse(failure_message(exc))
@@ -241,7 +284,8 @@ class Starter:
         """The same run, in the execution it continued as new into."""
         self.session_id, self.run_id = carried.plan.session_id, carried.plan.run_id
         self.executions = carried.executions
-        self._display.started(self.session_id)
+        self._log.local_bookends = ask_patches_first(new_run=False)
+        self._display.started(self.session_id, unless_set=self._log.local_bookends)
         state = LoopState.restore(carried)
         self._attach(state)
         self._display.details(

@@ -33,14 +33,14 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.loop import LoopState
     from durable_agent.core.models import ToolUseBlock
     from durable_agent.core.permissions import COMMAND_TOOLS, Decision
-    from durable_agent.core.run_api import AWAITING_APPROVAL, ApprovalDecision, PendingApproval
+    from durable_agent.core.run_api import AWAITING_APPROVAL, EXECUTING, ApprovalDecision, PendingApproval
     from durable_agent.core.run_log import STAGE_MIN_BYTES
     from durable_agent.core.subagents import TASK
     from durable_agent.core.tool_specs import ToolCallError, ToolOffer, find_offer, permission_targets
 
 from durable_agent.workflows.calls import CallRunner, Cancellation, missing_state, now_ms
 from durable_agent.workflows.child_runs import SubagentRunner
-from durable_agent.workflows.display import EXECUTING, RunDisplay
+from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.hook_runner import HookRunner
 from durable_agent.workflows.shell_gate import decide_targets
 from durable_agent.workflows.workflow_metrics import (

@@ -67,6 +67,8 @@ UPDATE_REWIND = "rewind"
 # Search attributes the worker registers (Keyword) and the workflow keeps current.
 SA_SESSION_ID = "AgentSessionId"
 SA_RUN_STATUS = "AgentRunStatus"
+# What ``AgentRunStatus`` says of a run under way (set at its start: ``client.start_run``).
+EXECUTING = "executing"
 # What ``AgentRunStatus`` and the ``status`` query say of a run that waits for a person: to
 # decide on a call, or (a run with follow-ups, after its answer) to give the next prompt.
 AWAITING_APPROVAL = "awaiting_approval"
