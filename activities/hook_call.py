@@ -33,6 +33,7 @@ from durable_agent.activities.redact import Redactor
 from durable_agent.activities.support import heartbeating
 from durable_agent.activities.tools import process
 from durable_agent.activities.tools.sandbox import sandbox_problem
+from durable_agent.activities.tools.scratch import prepare_call
 from durable_agent.activities.tools.tool import ToolFailure
 from durable_agent.config import SandboxConfig
 from durable_agent.core.activity_api import HOOK
@@ -91,7 +92,7 @@ class HookCalls:
         if sandboxed and (problem := await asyncio.to_thread(sandbox_problem, settings)):
             raise ToolFailure(f"the sandbox cannot start: {problem}")
         timeout, _ = process.time_limit(inp.timeout_seconds)
-        cwd, scratch, env = await asyncio.to_thread(process.prepare_call, Path(inp.workspace))
+        cwd, scratch, env = await asyncio.to_thread(prepare_call, Path(inp.workspace))
         env.update(CLAUDE_PROJECT_DIR=str(cwd), AGENT_PROJECT_DIR=str(cwd))
         stdin = inp.document.model_dump_json().encode()
         ended: Callable[[], list[str]] = process.nothing

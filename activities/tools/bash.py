@@ -2,7 +2,7 @@
 
 The command runs as ``/bin/bash -c COMMAND`` with the workspace as its
 working folder, stdin from /dev/null and an environment built from an
-allowlist (``process.environment``), so the worker's credentials (model API keys,
+allowlist (``scratch.environment``), so the worker's credentials (model API keys,
 Temporal certificates, cloud tokens) never reach it. HOME and TMPDIR point
 into a temporary folder made for the call and removed after it.
 
@@ -44,13 +44,13 @@ from durable_agent.activities.tools.process import (
     BoundedOutput,
     drain,
     nothing,
-    prepare_call,
     prepared,
     start_command,
     supervise,
     time_limit,
 )
 from durable_agent.activities.tools.sandbox import sandbox_problem
+from durable_agent.activities.tools.scratch import prepare_call
 from durable_agent.activities.tools.tool import ToolFailure
 from durable_agent.config import SandboxConfig
 from durable_agent.core.tool_args import BASH_OUTPUT_HEAD_BYTES, BASH_OUTPUT_TAIL_BYTES, BashArgs

@@ -1,7 +1,7 @@
 """Commands in a subprocess, as the ``bash`` tool and the ``agent.hook`` activity run them.
 
 What the two share: the call's working folder, scratch HOME and TMPDIR and allowlisted
-environment; the timeout, fitted inside the activity's own limit; the start, directly (in a
+environment (``scratch.py``); the timeout, fitted inside the activity's own limit; the start, directly (in a
 process group of its own, dying with the worker) or in the sandbox (``sandbox.py``); output
 kept to its first and last bytes; and the stop of everything the command started, on
 timeout, on cancel and when it exits leaving processes behind. ``bash.py`` tells how.
@@ -14,10 +14,8 @@ import contextlib
 import ctypes
 import functools
 import os
-import pwd
 import signal
 import sys
-import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,8 +31,7 @@ from durable_agent.activities.tools.sandbox import (
     running,
 )
 from durable_agent.activities.tools.sandbox_limits import SandboxUnavailable, limited
-from durable_agent.activities.tools.scratch import SCRATCH_PREFIX, sweep_scratch_once
-from durable_agent.activities.tools.tool import ToolFailure, confine
+from durable_agent.activities.tools.tool import ToolFailure
 from durable_agent.config import SandboxConfig
 
 KILL_GRACE_SECONDS = 2.0
@@ -44,63 +41,8 @@ ACTIVITY_MARGIN_SECONDS = 10.0
 # How long to wait for the output to end once the command's processes are gone: only a
 # process outside the group (see the module docs) can hold it open longer.
 DRAIN_SECONDS = 1.0
-# Variables passed through from the worker when set; everything else is left out.
-PASSED_VARIABLES = frozenset({"PATH", "LANG", "LANGUAGE"})
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # The program to start, its environment, its subprocess options, and what to do once it ended.
 Prepared = tuple[list[str], dict[str, str], dict[str, Any], Callable[[], list[str]]]
-
-
-def environment(scratch: Path) -> dict[str, str]:
-    """The command's environment: an allowlist, never a copy of the worker's.
-
-    PATH, LANG, LANGUAGE and LC_* come from the worker; HOME and TMPDIR are
-    folders in ``scratch``; TERM is ``dumb`` and pagers are ``cat`` so that
-    no tool waits for a terminal or colours its output.
-    """
-    env = {k: v for k, v in os.environ.items() if k in PASSED_VARIABLES or k.startswith("LC_")}
-    env.setdefault("PATH", DEFAULT_PATH)
-    env.setdefault("LANG", "C.UTF-8")
-    env.update(
-        HOME=str(scratch / "home"),
-        TMPDIR=str(scratch / "tmp"),
-        USER=_user_name(),
-        SHELL=SHELL,
-        TERM="dumb",
-        PAGER="cat",
-        GIT_PAGER="cat",
-        GIT_TERMINAL_PROMPT="0",
-    )
-    return env
-
-
-def _user_name() -> str:
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:  # a uid without a passwd entry, as in some containers
-        return str(os.getuid())
-
-
-def prepare_call(workspace: Path) -> tuple[Path, Path, dict[str, str]]:
-    """The working folder (the workspace, resolved), a fresh scratch folder and the environment.
-
-    Args:
-        workspace: The run's workspace.
-
-    Returns:
-        The working folder, the scratch folder (the caller removes it) and the environment.
-
-    Raises:
-        ToolFailure: The workspace is not a folder.
-    """
-    cwd = confine(workspace, ".")
-    if not cwd.is_dir():
-        raise ToolFailure(f"the workspace {str(workspace)!r} is not a folder")
-    sweep_scratch_once()
-    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
-    (scratch / "home").mkdir()
-    (scratch / "tmp").mkdir()
-    return cwd, scratch, environment(scratch)
 
 
 def time_limit(requested: float) -> tuple[float, str | None]:

@@ -1,16 +1,24 @@
-"""The scratch folders of ``bash`` calls and hooks: named for the worker that made them, so that
-one a killed worker left behind is removed later (``sweep_scratch``)."""
+"""A ``bash`` call's or a hook's working folder, scratch folder and environment: the scratch
+folder is named for the worker that made it, so that one a killed worker left behind is removed
+later (``sweep_scratch``); the environment is an allowlist, never a copy of the worker's."""
 
 from __future__ import annotations
 
 import functools
 import os
+import pwd
 import shutil
 import tempfile
 from pathlib import Path
 
+from durable_agent.activities.tools.sandbox import SHELL
+from durable_agent.activities.tools.tool import ToolFailure, confine
+
 # A call's scratch folder is named ``agent-bash-<pid of the worker>-<random>``.
 SCRATCH_PREFIX = "agent-bash-"
+# Variables passed through from the worker when set; everything else is left out.
+PASSED_VARIABLES = frozenset({"PATH", "LANG", "LANGUAGE"})
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @functools.cache
@@ -56,3 +64,55 @@ def _process_runs(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+def environment(scratch: Path) -> dict[str, str]:
+    """The command's environment: an allowlist, never a copy of the worker's.
+
+    PATH, LANG, LANGUAGE and LC_* come from the worker; HOME and TMPDIR are
+    folders in ``scratch``; TERM is ``dumb`` and pagers are ``cat`` so that
+    no tool waits for a terminal or colours its output.
+    """
+    env = {k: v for k, v in os.environ.items() if k in PASSED_VARIABLES or k.startswith("LC_")}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.setdefault("LANG", "C.UTF-8")
+    env.update(
+        HOME=str(scratch / "home"),
+        TMPDIR=str(scratch / "tmp"),
+        USER=_user_name(),
+        SHELL=SHELL,
+        TERM="dumb",
+        PAGER="cat",
+        GIT_PAGER="cat",
+        GIT_TERMINAL_PROMPT="0",
+    )
+    return env
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid without a passwd entry, as in some containers
+        return str(os.getuid())
+
+
+def prepare_call(workspace: Path) -> tuple[Path, Path, dict[str, str]]:
+    """The working folder (the workspace, resolved), a fresh scratch folder and the environment.
+
+    Args:
+        workspace: The run's workspace.
+
+    Returns:
+        The working folder, the scratch folder (the caller removes it) and the environment.
+
+    Raises:
+        ToolFailure: The workspace is not a folder.
+    """
+    cwd = confine(workspace, ".")
+    if not cwd.is_dir():
+        raise ToolFailure(f"the workspace {str(workspace)!r} is not a folder")
+    sweep_scratch_once()
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+    (scratch / "home").mkdir()
+    (scratch / "tmp").mkdir()
+    return cwd, scratch, environment(scratch)
