@@ -1,10 +1,11 @@
 """Commands in a subprocess, as the ``bash`` tool and the ``agent.hook`` activity run them.
 
 What the two share: the call's working folder, scratch HOME and TMPDIR and allowlisted
-environment (``scratch.py``); the timeout, fitted inside the activity's own limit; the start, directly (in a
-process group of its own, dying with the worker) or in the sandbox (``sandbox.py``); output
-kept to its first and last bytes; and the stop of everything the command started, on
-timeout, on cancel and when it exits leaving processes behind. ``bash.py`` tells how.
+environment (``scratch.py``); the timeout, fitted inside the activity's own limit; the start,
+directly (in a process group of its own, dying with the worker) or in the sandbox
+(``sandbox.py``); output kept to its first and last bytes; and the stop of everything the
+command started, on timeout, on cancel and when it exits leaving processes behind. ``bash.py``
+tells how.
 """
 
 from __future__ import annotations
