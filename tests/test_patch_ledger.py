@@ -21,13 +21,14 @@ from pathlib import Path
 
 import pytest
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 import durable_agent
 from durable_agent.workflows import AgentRun, patches
-from durable_agent.workflows.patches import CHECKPOINT_COMPLETES_PATCH, LEDGER, Patch
+from durable_agent.workflows.patches import CHECKPOINT_COMPLETES_PATCH, LEDGER, LOCAL_BOOKENDS_PATCH, Patch
 
 HISTORIES = Path(__file__).parent / "histories"
 PACKAGE = Path(durable_agent.__file__).resolve().parent
@@ -217,3 +218,33 @@ def test_the_history_recorded_for_cancel_waits_for_checkpoint_cancels_during_one
     assert asked < signal < local
     assert not events[local].marker_recorded_event_attributes.HasField("failure")
     assert kinds[-1] == "workflow_execution_canceled_event_attributes"
+
+
+def late_patches(history: WorkflowHistory) -> list[int]:
+    """The ids of patch markers recorded after a local activity's marker in the same workflow task
+    (a task's commands follow its ``WorkflowTaskCompleted``)."""
+    late: list[int] = []
+    local_seen = False
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            local_seen = False
+        if not event.HasField("marker_recorded_event_attributes"):
+            continue
+        name = event.marker_recorded_event_attributes.marker_name
+        if name == "core_local_activity":
+            local_seen = True
+        elif name == "core_patch" and local_seen:
+            late.append(event.event_id)
+    return late
+
+
+def test_runs_started_since_ask_no_patch_after_a_local_activity_in_one_task() -> None:
+    """The SDK fails a replay that meets a patch's marker after a local activity's in one
+    workflow task (``starting.ask_patches_first``): the histories recorded since keep none there,
+    and a patch added later must be asked up front too. The ones before did, at their first
+    boundary."""
+    since = [name for name, ids in carried().items() if LOCAL_BOOKENDS_PATCH in ids]
+    assert since
+    for name in since:
+        assert not late_patches(histories()[name]), name
+    assert late_patches(histories()["agent_run_v9.json"])  # the fault this test looks for
