@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -36,7 +37,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.converter import DataConverter
 from temporalio.envconfig import ClientConfig
 from temporalio.exceptions import ApplicationError, CancelledError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.codec import data_converter
 from durable_agent.config import AgentConfig, load_config
@@ -223,6 +224,10 @@ async def start_run(
 ) -> WorkflowHandle[Any, AgentRunResult]:
     """Start an ``AgentRun``; the input is validated here first, so errors come back at once.
 
+    The start sets the run's search attributes, ``AgentSessionId`` and ``AgentRunStatus``
+    (``executing``), so the run need not upsert them; in a namespace that does not define them
+    yet (a worker registers them as it starts) it starts without them, and the run sets them.
+
     Args:
         client: A client from ``connect`` (or one with the same data converter).
         run: The run's input.
@@ -263,18 +268,12 @@ async def start_run(
         if run.resume_from_file is not None:
             title = f"resumed from {Path(run.resume_from_file).name}"
     workflow_id = workflow_id or f"agent-run-{uuid.uuid4().hex[:12]}"
-    return await client.start_workflow(
+    start = functools.partial(
+        client.start_workflow,
         WORKFLOW_TYPE,
         run.model_dump(mode="json", exclude_none=True),
         id=workflow_id,
         task_queue=queue or task_queue(),
-        # what the run's first task would set (one billed action less on Temporal Cloud)
-        search_attributes=TypedSearchAttributes(
-            [
-                SearchAttributePair(SESSION_ID_KEY, run.session_id or workflow_id),
-                SearchAttributePair(RUN_STATUS_KEY, EXECUTING),
-            ]
-        ),
         result_type=AgentRunResult,
         static_summary=summary_of(title),
         static_details=details_of(run),
@@ -284,6 +283,27 @@ async def start_run(
         # Elsewhere (the CLI) the SDK does not ask for it.
         request_eager_start=True,
     )
+    # what the run's first task would set (one billed action less on Temporal Cloud)
+    listed = TypedSearchAttributes(
+        [
+            SearchAttributePair(SESSION_ID_KEY, run.session_id or workflow_id),
+            SearchAttributePair(RUN_STATUS_KEY, EXECUTING),
+        ]
+    )
+    try:
+        return await start(search_attributes=listed)
+    except RPCError as exc:
+        if not unknown_search_attribute(exc):
+            raise
+    # The namespace does not know them yet (a worker registers them as it starts): the run
+    # sets them itself once a worker takes it.
+    return await start()
+
+
+def unknown_search_attribute(exc: RPCError) -> bool:
+    """The service refused a start for a search attribute its namespace does not define."""
+    message = exc.message.lower()
+    return exc.status == RPCStatusCode.INVALID_ARGUMENT and "search attribute" in message
 
 
 async def resume_run(

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
 
 from durable_agent.activities import AgentActivities
+from durable_agent.client import ensure_search_attributes, start_run
 from durable_agent.config import ConfigError
 from durable_agent.core.run_api import SA_RUN_STATUS, SA_SESSION_ID, WORKFLOW_TYPE, AgentRunInput
+from durable_agent.worker import build_worker
 from tests.helpers import (
     awaiting_approval,
     final,
@@ -178,3 +185,36 @@ async def test_a_run_is_listed_as_executing_from_its_start_however_it_was_starte
         desc = await handle.describe()
         assert desc.search_attributes.get(SA_SESSION_ID) == [session[handle.id]]
         assert desc.search_attributes.get(SA_RUN_STATUS) == ["completed"]
+
+
+async def test_a_run_starts_in_a_namespace_that_does_not_know_its_search_attributes_yet(
+    client: Client, tmp_path: Path
+) -> None:
+    """A run started before any worker registered the search attributes (a worker does as it
+    starts) is started without them, and sets them itself once a worker takes it."""
+    namespace = f"fresh-{tmp_path.name[-12:]}".lower().replace("_", "-")
+    await client.workflow_service.register_namespace(
+        RegisterNamespaceRequest(
+            namespace=namespace, workflow_execution_retention_period=Duration(seconds=86400)
+        )
+    )
+    fresh = Client(client.service_client, namespace=namespace, data_converter=client.data_converter)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "evidence.txt").write_text("e\n")
+    config = scripted_config(tmp_path, [read_call("r1", "evidence.txt"), final()])
+    queue = f"fresh-{tmp_path.name[-12:]}"
+
+    async def started() -> WorkflowHandle[Any, Any] | None:
+        with contextlib.suppress(RPCError):  # the new namespace reaches every service in a moment
+            return await start_run(fresh, AgentRunInput(prompt="read", workspace=str(ws)), queue=queue)
+        return None
+
+    handle = await until("the start in the new namespace", started, 30, interval=0.5)
+    await ensure_search_attributes(fresh)
+    async with build_worker(fresh, AgentActivities(config), queue):
+        result = await handle.result()
+    assert result.status == "completed", result.error
+    desc = await handle.describe()
+    assert desc.search_attributes.get(SA_RUN_STATUS) == ["completed"]
+    assert desc.search_attributes.get(SA_SESSION_ID) == [handle.id]
