@@ -27,7 +27,7 @@ from durable_agent.activities.tools.sandbox import sandbox_problem
 from durable_agent.client import connect, ensure_search_attributes, exit_process, task_queue
 from durable_agent.config import AgentConfig, ConfigError, load_config
 from durable_agent.core.errors import DurableAgentError
-from durable_agent.plugin import HEARTBEAT_THROTTLE, STICKY_TIMEOUT
+from durable_agent.plugin import HEARTBEAT_THROTTLE, NONSTICKY_POLL_RATIO, STICKY_TIMEOUT
 from durable_agent.telemetry import approvals_waiting_reporter, metrics_runtime, shutdown_tracing
 from durable_agent.workflows import AgentRun
 
@@ -58,8 +58,8 @@ def build_worker(
 
     Returns:
         A ``Worker`` for ``AgentRun`` and its activities, with the heartbeat throttle
-            (1 s), sticky-queue timeout (2 s) and workflow task slots a quick takeover
-            relies on, running workflow code outside Temporal's sandbox.
+            (1 s), sticky-queue timeout (2 s), polls shared with the shared queue and workflow
+            task slots a quick takeover relies on, running workflow code outside Temporal's sandbox.
     """
     return Worker(
         client,
@@ -70,6 +70,8 @@ def build_worker(
         # at most one heartbeat a second; a run whose worker died moves on after 2 s (plugin.py)
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        # the shared queue's share of the polls: runs taken over from a worker that died (plugin.py)
+        nonsticky_to_sticky_poll_ratio=NONSTICKY_POLL_RATIO,
         max_concurrent_workflow_tasks=workflow_task_slots or activities.config.worker.workflow_task_slots,
         # The sandbox runs code of its own for every payload of every workflow task (temporalio
         # 1.35), which doubles a task's CPU and a replay's time: a worker that takes over runs

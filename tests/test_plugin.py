@@ -16,7 +16,7 @@ from durable_agent.activities import AgentActivities
 from durable_agent.client import start_run
 from durable_agent.config import WORKFLOW_TASK_SLOTS, AgentConfig, ConfigError, load_config
 from durable_agent.core.run_api import AgentRunInput
-from durable_agent.plugin import HEARTBEAT_THROTTLE, STICKY_TIMEOUT, DurableAgentPlugin
+from durable_agent.plugin import HEARTBEAT_THROTTLE, NONSTICKY_POLL_RATIO, STICKY_TIMEOUT, DurableAgentPlugin
 from durable_agent.worker import build_worker
 from tests.helpers import final, read_call, scripted_config, workspace_with
 
@@ -53,6 +53,7 @@ async def test_the_plugin_wires_a_plain_worker_that_completes_a_run(client: Clie
     worker = Worker(own, task_queue=queue, workflows=[UserGreeting], activities=[greet])
     assert worker.config(active_config=True)["max_heartbeat_throttle_interval"] == HEARTBEAT_THROTTLE
     assert worker.config(active_config=True)["sticky_queue_schedule_to_start_timeout"] == STICKY_TIMEOUT
+    assert worker.config(active_config=True)["nonsticky_to_sticky_poll_ratio"] == NONSTICKY_POLL_RATIO
     assert worker.config(active_config=True)["max_concurrent_workflow_tasks"] == WORKFLOW_TASK_SLOTS
     async with worker:
         handle = await start_run(
@@ -91,7 +92,9 @@ async def test_workflow_task_slots_come_from_the_config_where_the_host_set_none(
     assert slots(tuned) is None
     acts = AgentActivities(config)
     try:
-        assert slots(build_worker(client, acts, f"{q}-d")) == 3
+        built = build_worker(client, acts, f"{q}-d")
+        assert slots(built) == 3
+        assert built.config(active_config=True)["nonsticky_to_sticky_poll_ratio"] == NONSTICKY_POLL_RATIO
         assert slots(build_worker(client, acts, f"{q}-e", workflow_task_slots=5)) == 5
     finally:
         await acts.aclose()
