@@ -293,14 +293,14 @@ async def start_run(
     try:
         return await start(search_attributes=listed)
     except RPCError as exc:
-        if not unknown_search_attribute(exc):
+        if not _unknown_search_attribute(exc):
             raise
     # The namespace does not know them yet (a worker registers them as it starts): the run
     # sets them itself once a worker takes it.
     return await start()
 
 
-def unknown_search_attribute(exc: RPCError) -> bool:
+def _unknown_search_attribute(exc: RPCError) -> bool:
     """The service refused a start for a search attribute its namespace does not define."""
     message = exc.message.lower()
     return exc.status == RPCStatusCode.INVALID_ARGUMENT and "search attribute" in message

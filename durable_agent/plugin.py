@@ -51,9 +51,9 @@ HEARTBEAT_THROTTLE = timedelta(seconds=1)
 # A run whose worker died moves to another after 2 s, not Temporal's default 10 s.
 STICKY_TIMEOUT = timedelta(seconds=2)
 # How the worker shares its workflow-task polls between its own (sticky) queue and the shared
-# one, where the runs of a worker that died arrive. The SDK's 0.2 gives the shared queue one
-# poll in five: a worker that takes over ten runs while busy with those it already moved on
-# took them up a median of 0.6 s later, at no cost in steps a second measured (docs/costs.md).
+# one, where the runs of a worker that died arrive. With the SDK's 0.2 (one poll in five), a
+# worker that took over ten runs while busy with those it had already moved on took them up a
+# median of 0.6 s later than with an equal share, which cost no steps a second (docs/costs.md).
 NONSTICKY_POLL_RATIO = 1.0
 
 
