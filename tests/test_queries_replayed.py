@@ -2,9 +2,10 @@
 answers each ``status`` query by replaying the run's history from its start (a "legacy
 query" in the SDK's terms), whatever workflow task the run is in.
 
-A patch asked after a local activity in the same workflow task failed such a replay in the
-run's first task ("Non-deprecated patch marker encountered ... no corresponding change
-command"): the run's first task asks its patches before its first local activity.
+A patch asked after a local activity in the same workflow task failed such a replay ("Non-deprecated
+patch marker encountered ... no corresponding change command"): at a run's first tool boundary,
+and in its first task once its start ran as local activities. Each execution now asks its
+patches in its first task, before any local activity (``starting.ask_patches_first``).
 """
 
 from __future__ import annotations

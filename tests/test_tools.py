@@ -33,6 +33,7 @@ from durable_agent.core.tool_args import (
 )
 from durable_agent.core.tool_specs import ToolCallError, permission_target, validate_args
 from tests.helpers import RecordingSink, final, running_worker, scripted_config, start, tool_call, until
+from tests.test_sandbox import marker, processes_with
 
 TOOLS = builtin_tools()
 # The process-group tests below follow the shell's pids, which a sandbox's own PID
@@ -504,7 +505,7 @@ async def test_a_cancel_while_the_command_starts_stops_all_it_started(
         return proc
 
     monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_to_connect)
-    mark = f"300.{time.time_ns() % 10**9:09d}"  # this test's own child, whatever else runs
+    mark = marker()  # this test's own child, whatever else runs
     command = f"echo $$ > pid; sleep {mark} & echo $! > child; wait"
     task = asyncio.create_task(run(ws, "bash", command=command, tools=tools))
     await until(
@@ -516,20 +517,8 @@ async def test_a_cancel_while_the_command_starts_stops_all_it_started(
     connected.set()
     with pytest.raises(asyncio.CancelledError):
         await task
-    left = [p for p in processes_running() if f"sleep\x00{mark}\x00" in p[1]]
+    left = processes_with(mark)  # the child, its shell, and in the sandbox bwrap too
     assert not left, f"left running: {left}"
-
-
-def processes_running() -> list[tuple[int, str]]:
-    """Every live process's pid and command line (NUL-separated), zombies left out."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and alive(int(name)):
-            try:
-                found.append((int(name), Path(f"/proc/{name}/cmdline").read_text(errors="replace")))
-            except OSError:
-                continue
-    return found
 
 
 def test_bash_timeout_fits_inside_the_activity_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
