@@ -24,8 +24,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from durable_agent.activities import AgentActivities
-from durable_agent.activities.providers import build_providers
+from durable_agent.activities.providers import ModelProvider, TextSink, build_providers
 from durable_agent.client import run_result, send_prompt, steer_run
+from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.events import (
     ErrorEvent,
     EventRecord,
@@ -33,7 +34,7 @@ from durable_agent.core.events import (
     ToolsUnavailableEvent,
     UserMessageEvent,
 )
-from durable_agent.core.models import TextBlock
+from durable_agent.core.models import ModelResponse, TextBlock
 from durable_agent.core.plan import Limits
 from durable_agent.core.run_api import (
     HISTORY_FULL,
@@ -63,10 +64,34 @@ AGENT_TOOLS = Path(__file__).parent / "mcp_servers" / "agent_tools.py"
 KEY_ENV = "AGENT_WEDGE_TEST_KEY"
 
 
+class HeldProvider(RecordingProvider):
+    """A recording provider whose first call waits until the test lets it answer: a test that
+    floods a run during a model call must not depend on how fast the machine sends the flood."""
+
+    def __init__(self, inner: ModelProvider) -> None:
+        super().__init__(inner)
+        self.released = asyncio.Event()
+
+    async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
+        if not self.seen:
+            self.seen.append(call.messages)  # counted as soon as it is in flight
+            await self.released.wait()
+            answer = await self.inner.complete(call, model, on_text)
+            self.answers.append(answer)
+            return answer
+        return await super().complete(call, model, on_text)
+
+
 def recording(config: Any) -> tuple[AgentActivities, RecordingProvider, RecordingSink]:
     model = RecordingProvider(build_providers(config)["scripted"])
     sink = RecordingSink()
     return AgentActivities(config, providers={"scripted": model}, sinks={"local": sink}), model, sink
+
+
+def held(config: Any) -> tuple[AgentActivities, HeldProvider]:
+    """Activities whose model holds its first call until ``model.released`` is set."""
+    model = HeldProvider(build_providers(config)["scripted"])
+    return AgentActivities(config, providers={"scripted": model}, sinks={"local": RecordingSink()}), model
 
 
 async def events_of(handle: WorkflowHandle[Any, Any]) -> list[EventRecord]:
@@ -306,9 +331,7 @@ async def test_28_large_steers_during_one_model_call_are_rejected_and_the_run_co
     client: Client, tmp_path: Path
 ) -> None:
     ws = workspace_with(tmp_path, {"a.txt": "a\n"})
-    acts, model, _sink = recording(
-        scripted_config(tmp_path, [{"text": "slow", "delay_ms": 8000}, final("two")])
-    )
+    acts, model = held(scripted_config(tmp_path, [{"text": "slow"}, final("two")]))
     async with running_worker(client, acts) as queue:
         handle = await start(client, queue, ws, "hi")
         await until("the model call", lambda: model.calls == 1)
@@ -324,6 +347,7 @@ async def test_28_large_steers_during_one_model_call_are_rejected_and_the_run_co
         at_once = await asyncio.gather(
             *(steer_run(handle, f"{i:02d}" + "s" * 1_900_000) for i in range(28)), return_exceptions=True
         )
+        model.released.set()
         result: AgentRunResult = await asyncio.wait_for(handle.result(), 60)
         assert await failed_workflow_tasks(handle) == 0
     assert {failure_of(o).type for o in outcomes + at_once} == {INPUT_TOO_LARGE}
@@ -347,14 +371,14 @@ async def test_a_flood_of_steers_is_bounded_and_each_outcome_is_what_happened(
     client: Client, tmp_path: Path
 ) -> None:
     ws = workspace_with(tmp_path, {"a.txt": "a\n"})
-    script = [{"text": "slow", "delay_ms": 20_000}, final("answered")]
-    acts, model, _sink = recording(scripted_config(tmp_path, script))
+    acts, model = held(scripted_config(tmp_path, [{"text": "slow"}, final("answered")]))
     async with running_worker(client, acts) as queue:
         handle = await start(client, queue, ws, "hi")
         await until("the model call", lambda: model.calls == 1)
         texts = [f"steer {i:02d} " + "m" * 100_000 for i in range(40)] + [f"small {i:02d}" for i in range(40)]
         outcomes = await steer_in_waves(handle, texts)
-        assert model.calls == 1, "the flood outlasted the model call: make it slower"
+        assert model.calls == 1
+        model.released.set()
         result = await asyncio.wait_for(handle.result(), 60)
         assert await failed_workflow_tasks(handle) == 0
         steered = [r.event.text for r in await events_of(handle) if isinstance(r.event, UserMessageEvent)]
@@ -416,7 +440,7 @@ async def test_a_flood_of_large_raw_updates_cannot_terminate_a_run_on_a_server_s
     try:
         client = env.client
         ws = workspace_with(tmp_path, {"a.txt": "a\n"})
-        acts, model, _ = recording(scripted_config(tmp_path, [{"text": "slow", "delay_ms": 6000}, final()]))
+        acts, model = held(scripted_config(tmp_path, [{"text": "slow"}, final()]))
         async with running_worker(client, acts) as queue:
             handle = await start(client, queue, ws, "hi")
             await until("the model call", lambda: model.calls == 1)
@@ -424,6 +448,7 @@ async def test_a_flood_of_large_raw_updates_cannot_terminate_a_run_on_a_server_s
             outcomes = await asyncio.gather(
                 *(handle.execute_update("steer", m) for m in big), return_exceptions=True
             )
+            model.released.set()
             result = await asyncio.wait_for(handle.result(), 60)
             assert await failed_workflow_tasks(handle) == 0
         assert all(isinstance(o, (WorkflowUpdateFailedError, RPCError)) for o in outcomes), outcomes
