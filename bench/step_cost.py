@@ -24,7 +24,12 @@ It prints numbers and never judges them; the goals are printed beside them.
    above. The naive design runs up to N = 200 (``--naive-max``); its history
    passes the server's 50 MB limit near 70 steps and the server terminates it:
    then its ``ms/step`` is over the steps it completed and ``outcome`` says
-   ``dies at b=K``. ``ours/naive``: the ratio of the two ``ms/step`` (goal <= 1.2).
+   ``dies at b=K``. ``ours/naive``: the ratio of the two ``ms/step`` (goal <= 0.5).
+   ``floor``: the same N steps of ``bench/floor.py``'s loop (one empty activity and
+   its workflow task a step, ours' worker options), what the server and the SDK
+   charge any design that makes an activity a step. Then where the step's time
+   goes at the largest N, from the histories' event times (``bench/step_phases.py``)
+   and, for local activities, a worker interceptor's clock.
 2. Throughput: ``--throughput-runs`` runs of ``--throughput-steps`` steps at
    once on one worker (one ``Worker`` for the workflow and its activities),
    ours, then naive: steps completed / wall seconds, and ours/naive (goal >= 1).
@@ -63,7 +68,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +80,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from bench.floor import FLOOR_WORKFLOW, floor_worker
 from bench.naive import NAIVE_WORKFLOW, NaiveAgentRun, NaiveInput, NaiveModel
 from bench.reader_setup import (
     add_workload_arguments,
@@ -85,7 +91,7 @@ from bench.reader_setup import (
     workspace_of,
 )
 from bench.runs import CoreLog, call_times, completed_calls, ending, fetch_chain, settle
-from bench.step_phases import phases
+from bench.step_phases import LocalActivityClock, phases
 from bench.step_report import report, summarize
 from bench.takeover import measure_takeover
 from durable_agent.activities import AgentActivities
@@ -110,6 +116,9 @@ class Bench:
     queue: str
     naive_queue: str
     naive: NaiveInput  # the naive design's input less the prompt, model and steps
+    # times the local activities of the workers built on ``client``, when it is one of its interceptors
+    clock: LocalActivityClock = field(default_factory=LocalActivityClock)
+    floor_queue: str = ""  # the empty loop's (``bench/floor.py``)
 
 
 def free_port() -> int:
@@ -249,7 +258,7 @@ async def measure(b: Bench, design: str, n: int, details: bool = False) -> dict[
         "wall_s": round(wall, 3),
         "ms_per_step": round(wall * 1000 / max(done, 1), 1),
         "outcome": problem or "ok",
-        "phases": phases(histories, done),
+        "phases": phases(histories, done) | b.clock.take(handle.id, done),
     }
     if design == "ours":
         sink_bytes = await asyncio.to_thread(folder_bytes, b.sink)
@@ -265,6 +274,25 @@ async def measure(b: Bench, design: str, n: int, details: bool = False) -> dict[
         await asyncio.to_thread(empty, b.sink)
     print(f"{design} N={n}: {row['outcome']}, {done} steps in {wall:.1f} s", file=sys.stderr)
     return row
+
+
+async def measure_floor(b: Bench, n: int) -> dict[str, Any]:
+    """The empty loop of ``bench/floor.py``: ``n`` steps of one empty activity and its task."""
+    started = time.perf_counter()
+    wid = f"step-floor-{n}-{uuid.uuid4().hex[:8]}"
+    await b.client.execute_workflow(FLOOR_WORKFLOW, n, id=wid, task_queue=b.floor_queue, result_type=int)
+    wall = time.perf_counter() - started
+    histories = await fetch_chain(b.client, wid)
+    return {
+        "design": "floor",
+        "boundaries": n,
+        "completed": n,
+        "workflow_id": wid,
+        "wall_s": round(wall, 3),
+        "ms_per_step": round(wall * 1000 / n, 1),
+        "outcome": "ok",
+        "phases": phases(histories, n),
+    }
 
 
 async def throughput(b: Bench, design: str, runs: int, steps: int) -> dict[str, Any]:
@@ -314,18 +342,25 @@ async def run_all(client: Client, address: str, tmp: Path, args: argparse.Namesp
         prompt="-", workspace=str(workspace_of(base)), model="reader/n1", system_prompt=config.system_prompt,
         tools=tuple(t.offer().definition for t in offers), max_steps=2,
     )  # fmt: skip
-    b = Bench(client, base, acts, sink_root(config), f"step-{tag}", f"step-naive-{tag}", naive)
+    clock = LocalActivityClock()
+    timed = client.config()
+    timed["interceptors"] = [clock]  # the workers built on this client run it too
+    queues = f"step-{tag}", f"step-naive-{tag}"
+    b = Bench(Client(**timed), base, acts, sink_root(config), *queues, naive, clock, f"step-floor-{tag}")
     empty(b.sink)
     rows: list[dict[str, Any]] = []
     out: dict[str, Any] = {"rows": rows, "throughput": [], "takeover": None}
-    async with build(b, b.queue), naive_worker(b, b.naive_queue):
+    floor = floor_worker(b.client, b.floor_queue, config.worker.workflow_task_slots)
+    async with build(b, b.queue), naive_worker(b, b.naive_queue), floor:
         await measure(b, "ours", 1)  # warm-up
         await measure(b, "naive", 1)
+        await measure_floor(b, 1)
         for n in args.boundaries:
             for _ in range(args.repeat if n <= 200 else 1):
                 rows.append(await measure(b, "ours", n, details=n == max(args.boundaries)))
                 if n <= args.naive_max:
                     rows.append(await measure(b, "naive", n))
+                rows.append(await measure_floor(b, n))
     if not args.skip_throughput:
         for design in ("ours", "naive", NAIVE_UNSANDBOXED):
             out["throughput"].append(await throughput(b, design, args.throughput_runs, args.throughput_steps))

@@ -12,20 +12,27 @@ follow each. Every interval between two events of the history is put in one phas
   local activities (our tools and checkpoints), payload conversion, the completion RPC);
 * ``between``: the rest (an activity's completion until the next task was scheduled, ...).
 
-``phases(histories, steps)`` sums each phase over the run and divides by its steps, and adds
-the time of each kind of local activity (``local agent.tool_call``, ``local agent.checkpoint``),
-which is part of ``task work``.
+``phases(histories, steps)`` sums each phase over the run and divides by its steps.
+``LocalActivityClock``, a worker interceptor, times each kind of local activity
+(``local agent.tool_call``, ``local agent.checkpoint``), which is part of ``task work``: the
+history cannot tell, since a local activity's marker holds no time the worker's clock and the
+server's agree on (its ``original_schedule_time`` is often later than its ``complete_time``).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
+import time
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import Interceptor as ClientInterceptor
 from temporalio.client import WorkflowHistory
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
+from temporalio.worker import Interceptor as WorkerInterceptor
 
 PHASES = ("activity dispatch", "activity run", "task dispatch", "task work", "between")
 
@@ -63,27 +70,43 @@ def phases(histories: Sequence[WorkflowHistory], steps: int) -> dict[str, float]
     per = max(steps, 1)
     out = {phase: round(spent[phase] / per, 1) for phase in PHASES}
     out["total"] = round(total / per, 1)
-    for name, ms in local_activity_ms(histories).items():
-        out[f"local {name}"] = round(ms / per, 1)
     return out
 
 
-def local_activity_ms(histories: Sequence[WorkflowHistory]) -> dict[str, float]:
-    """Milliseconds spent in local activities (inside ``task work``), by activity type: from
-    each marker's scheduling time to its completion time, as the worker recorded them."""
-    spent: dict[str, float] = defaultdict(float)
-    for history in histories:
-        for event in history.events:
-            marker = event.marker_recorded_event_attributes
-            if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED or "data" not in marker.details:
-                continue
-            data = json.loads(marker.details["data"].payloads[0].data)
-            if not isinstance(data, dict) or "complete_time" not in data:
-                continue
-            done, scheduled = (
-                data["complete_time"],
-                data.get("original_schedule_time") or data["complete_time"],
-            )
-            ms = (done["seconds"] - scheduled["seconds"]) * 1000 + (done["nanos"] - scheduled["nanos"]) / 1e6
-            spent[str(data.get("activity_type"))] += max(ms, 0.0)
-    return dict(spent)
+class LocalActivityClock(ClientInterceptor, WorkerInterceptor):
+    """Times the local activities a worker runs, by workflow id and activity type.
+
+    Given to a client's ``interceptors``, it also intercepts the workers built on that client
+    (temporalio applies a client's interceptors that are worker interceptors too).
+    """
+
+    def __init__(self) -> None:
+        self._spent: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _TimedActivity(next, self)
+
+    def add(self, workflow_id: str, activity_type: str, ms: float) -> None:
+        self._spent[workflow_id][activity_type] += ms
+
+    def take(self, workflow_id: str, steps: int) -> dict[str, float]:
+        """The local activities' ms/step of one run (every execution of its workflow id), by
+        ``local <type>``; forgotten once taken."""
+        spent = self._spent.pop(workflow_id, {})
+        return {f"local {name}": round(ms / max(steps, 1), 1) for name, ms in sorted(spent.items())}
+
+
+class _TimedActivity(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, clock: LocalActivityClock) -> None:
+        super().__init__(next)
+        self._clock = clock
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        info = activity.info()
+        if not info.is_local or info.workflow_id is None:
+            return await super().execute_activity(input)
+        started = time.perf_counter()
+        try:
+            return await super().execute_activity(input)
+        finally:
+            self._clock.add(info.workflow_id, info.activity_type, (time.perf_counter() - started) * 1000)

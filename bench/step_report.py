@@ -36,6 +36,7 @@ def summarize(args: argparse.Namespace, results: dict[str, Any]) -> dict[str, An
     for n in args.boundaries:
         ours = [r for r in rows if r["design"] == "ours" and r["boundaries"] == n]
         naive = [r for r in rows if r["design"] == "naive" and r["boundaries"] == n]
+        floor = [r for r in rows if r["design"] == "floor" and r["boundaries"] == n]
         ours_ms = median([r["ms_per_step"] for r in ours])
         naive_ms = median([r["ms_per_step"] for r in naive])
         steps.append(
@@ -49,6 +50,7 @@ def summarize(args: argparse.Namespace, results: dict[str, Any]) -> dict[str, An
                 "naive_completed": median([r["completed"] for r in naive]),
                 "naive_outcome": naive_outcome(naive) if naive else None,
                 "ours_to_naive": round(ours_ms / naive_ms, 2) if ours_ms and naive_ms else None,
+                "floor_ms_per_step": median([r["ms_per_step"] for r in floor]),
             }
         )
         sink.append(
@@ -96,7 +98,7 @@ def print_phases(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     local = sorted(
         {k for r in rows if r["boundaries"] == n for k in r.get("phases", {}) if k.startswith("local ")}
     )
-    for design in ("ours", "naive"):
+    for design in ("ours", "naive", "floor"):
         runs = [r["phases"] for r in rows if r["design"] == design and r["boundaries"] == n and "phases" in r]
         if runs:
             keys = (*PHASES, "total", *local)
@@ -116,10 +118,13 @@ def report(args: argparse.Namespace, summary: dict[str, Any], results: dict[str,
     for s in summary["steps"]["per_n"]:
         naive = "—" if s["naive_outcome"] is None else fmt(s["naive_ms_per_step"], "{:.0f}")
         ours = fmt(s["ours_ms_per_step"], "{:.0f}") + ("" if s["ours_outcome"] == "ok" else " (!)")
+        floor = fmt(s.get("floor_ms_per_step"), "{:.0f}")
         lines.append([str(s["boundaries"]), ours, naive, fmt(s["ours_to_naive"], "{:.2f}"),
-                      s["naive_outcome"] or "not run"])  # fmt: skip
-    table(["N", "ours ms/step", "naive ms/step", "ours/naive", "naive outcome"], lines)
+                      s["naive_outcome"] or "not run", floor])  # fmt: skip
+    table(["N", "ours ms/step", "naive ms/step", "ours/naive", "naive outcome", "floor ms/step"], lines)
     print("  goal: ours/naive <= 0.5")
+    print("  floor: a loop of one empty activity and its workflow task a step (bench/floor.py), same server")
+    print("  and worker options: no design that makes an activity a step goes below it")
     print_phases(args, results["rows"])
     for r in results["rows"]:
         if r["design"] == "ours" and r["outcome"] != "ok":

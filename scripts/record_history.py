@@ -22,6 +22,7 @@ histories): ::
     python scripts/record_history.py basic tests/histories/agent_run_v10.json
     python scripts/record_history.py parallel tests/histories/agent_run_parallel_v10.json
     python scripts/record_history.py continued tests/histories/agent_run_continued_v10.json
+    python scripts/record_history.py subagents tests/histories/agent_run_subagents_v10.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -54,6 +55,9 @@ takes a model answer is stamped with the model activity's completion time
 ``local-start-and-finish`` patch): the plan and the log in the run's first workflow task, the
 end in its last; and each execution asks every patch it may need in its first workflow task,
 before any local activity (``workflows/starting.py``, ``ask_patches_first``).
+``agent_run_subagents_v10.json`` (and its ``-child1``) were recorded on that workflow before its
+child runs were started with their search attributes set (the child upserted them itself):
+a child's search attributes are not part of what a replay matches, so both replay since.
 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the
@@ -69,6 +73,8 @@ the judge before it sent to a person (``workflows/shell_gate.py``).
 (exit 2), a ``post_tool_use`` hook after a ``write`` and a failing ``stop`` hook.
 ``parallel`` (the ``parallel-tool-calls`` patch): an answer of two reads and a grep, run together,
 a write, alone, and a read after it; then an answer of two ``ls`` calls asked about together.
+``subagents``: a run that delegates a read to a child run (``task``, ``[agents]``); OUT-child1
+gets the child's history, which replays as any run's.
 ``conversation``: a run with ``follow_ups``: a second prompt after its answer, then ``end``.
 ``continued``: a run that continues as new, twice, once between two calls of
 one model step; OUT gets its first execution, OUT-last its last.
@@ -97,21 +103,28 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle  # no
 from temporalio.exceptions import ApplicationError  # noqa: E402
 
 from durable_agent.activities import AgentActivities  # noqa: E402
-from durable_agent.client import end_conversation, run_result, send_prompt  # noqa: E402
+from durable_agent.client import end_conversation, run_result, send_prompt, start_run  # noqa: E402
 from durable_agent.config import parse_config  # noqa: E402
 from durable_agent.core.failures import INPUT_TOO_LARGE  # noqa: E402
 from durable_agent.core.plan import WORKFLOW_TASK_SECONDS  # noqa: E402
-from durable_agent.core.run_api import ApprovalAnswer, ApprovalDecision, RunStatusView  # noqa: E402
+from durable_agent.core.run_api import (  # noqa: E402
+    AgentRunInput,
+    ApprovalAnswer,
+    ApprovalDecision,
+    RunStatusView,
+)
 from durable_agent.devserver import start_ephemeral_server  # noqa: E402
 from tests.helpers import (  # noqa: E402
     BlockingSink,
     final,
     read_call,
     running_worker,
-    start,
     status_when,
     tool_call,
 )
+
+# The workflow id the tests replay every history under (``tests/test_replay.py``).
+REPLAY_WORKFLOW_ID = "recorded"
 
 
 async def approve_when_asked(handle: WorkflowHandle[Any, Any], times: int = 1) -> None:
@@ -336,6 +349,19 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "setup": plot,
         "attachment": True,
     },
+    "subagents": {
+        # one script for the parent and its child, answered by each one's own step: the parent
+        # delegates, the child (not offered ``task``) is told so, then both read and answer
+        "responses": [
+            tool_call("t1", "task", description="read a", prompt="read a.txt"),
+            read_call("r1", "a.txt"),
+            final("alpha"),
+        ],
+        "permissions": {"allow": ["read(*)"], "default": "deny"},
+        "agents": {"enabled": True},
+        "prompt": "delegate the read of a.txt",
+        "children": True,
+    },
     "guarded": {
         "responses": [
             tool_call("l1", "ls", path="."),
@@ -358,7 +384,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
-async def run_scenario(client: Client, name: str, tmp: Path) -> list[str]:
+async def run_scenario(client: Client, name: str, tmp: Path) -> dict[str, str]:
+    """Run the scenario; its histories as JSON, by the suffix of the file each goes to: ``""``
+    for the run's first execution, ``-last`` for its last (a run that continues as new),
+    ``-childN`` for its N-th child run (a scenario with ``children``)."""
     scenario = SCENARIOS[name]
     ws = tmp / "ws"
     ws.mkdir()
@@ -387,6 +416,7 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> list[str]:
             "permissions": scenario["permissions"],
             "limits": scenario.get("limits", {}),
             **({"hooks": scenario["hooks"]} if "hooks" in scenario else {}),
+            **({"agents": scenario["agents"]} if "agents" in scenario else {}),
         },
         tmp,
     )
@@ -394,9 +424,10 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> list[str]:
     sink = scenario["sink"]() if "sink" in scenario else None
     acts = AgentActivities(config, sinks={"local": sink} if sink is not None else None)
     async with running_worker(client, acts) as queue:
-        handle = await start(
-            client, queue, ws, scenario["prompt"], session_id=f"replay-{name}", **scenario.get("input", {})
-        )
+        fields = {"session_id": f"replay-{name}", **scenario.get("input", {})}
+        run = AgentRunInput(prompt=scenario["prompt"], workspace=str(ws), **fields)
+        # under the id the tests replay it with: a child run's id is made from it
+        handle = await start_run(client, run, queue=queue, workflow_id=REPLAY_WORKFLOW_ID)
         if "during" in scenario:
             await scenario["during"](handle, *([sink] if sink is not None else []))
         try:
@@ -409,8 +440,16 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> list[str]:
         last = await handle.fetch_history()
         first_run = client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id)
         first = await first_run.fetch_history()
-    continued = "continue_as_new_events" in scenario.get("limits", {})
-    return [first.to_json()] + ([last.to_json()] if continued else [])
+        children = [
+            await client.get_workflow_handle(c.workflow_id).fetch_history()
+            for c in (await handle.query("status", result_type=RunStatusView)).children
+        ]
+    histories = {"": first.to_json()}
+    if "continue_as_new_events" in scenario.get("limits", {}):
+        histories["-last"] = last.to_json()
+    if scenario.get("children"):
+        histories |= {f"-child{i}": child.to_json() for i, child in enumerate(children, start=1)}
+    return histories
 
 
 async def record(name: str, out: Path) -> None:
@@ -418,7 +457,8 @@ async def record(name: str, out: Path) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp_name:
             histories = await run_scenario(env.client, name, Path(tmp_name))
-        for path, history in zip([out, out.with_name(out.stem + "-last.json")], histories, strict=False):
+        for suffix, history in histories.items():
+            path = out.with_name(out.stem + suffix + ".json")
             path.write_text(history)
             print(f"wrote {path}")
     finally:

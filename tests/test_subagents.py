@@ -26,7 +26,7 @@ from durable_agent.core.events import EventRecord, SubagentEndEvent, SubagentSta
 from durable_agent.core.export import SessionCheckpointExportV1
 from durable_agent.core.models import ModelResponse, TextBlock, TokenUsage, ToolResultBlock, ToolUseBlock
 from durable_agent.core.permissions import PermissionPolicy
-from durable_agent.core.run_api import AgentRunInput, RunStatusView
+from durable_agent.core.run_api import SA_RUN_STATUS, SA_SESSION_ID, AgentRunInput, RunStatusView
 from durable_agent.core.subagents import (
     ChildRun,
     bounded_answer,
@@ -193,6 +193,18 @@ async def test_three_subagents_read_three_parts_at_once(client: Client, tmp_path
     assert sorted(c.call_id for c in status.children) == [f"t-{p}" for p in PARTS]  # as they started
     assert all(c.status == "completed" and c.run_id for c in status.children)
     assert all(s.parent_workflow_id == handle.id and s.session_id == "s-fan" for s in child_status)
+    for c in status.children:  # listed by `durable-agent runs` from its start, without an upsert of its own
+        child = client.get_workflow_handle(c.workflow_id)
+        upserts = [
+            set(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
+            async for e in child.fetch_history_events()
+            if e.HasField("upsert_workflow_search_attributes_event_attributes")
+        ]
+        assert [u for u in upserts if u != {"TemporalChangeVersion"}] == [{SA_RUN_STATUS}]  # its end
+        started = (await child.fetch_history()).events[0].workflow_execution_started_event_attributes
+        assert set(started.search_attributes.indexed_fields) == {SA_SESSION_ID, SA_RUN_STATUS}
+        attributes = (await child.describe()).search_attributes
+        assert (attributes.get(SA_SESSION_ID), attributes.get(SA_RUN_STATUS)) == (["s-fan"], ["completed"])
     # both series of exports verify, and the parent's links each child's last export
     series = by_run(sink.exports)
     assert set(series) == {result.run_id, *(c.run_id for c in status.children)}

@@ -55,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from durable_agent.workflows.calls import Cancellation, RunCancelled, now_ms
-from durable_agent.workflows.display import RunDisplay
+from durable_agent.workflows.display import RunDisplay, start_attributes
 from durable_agent.workflows.workflow_metrics import invalid_tool_call
 from durable_agent.workflows.workflow_tools import denied_in_workflow
 
@@ -195,6 +195,8 @@ class SubagentRunner:
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
                 cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
                 task_timeout=timedelta(seconds=plan.timeouts.workflow_task_seconds),
+                # listed by ``durable-agent runs`` from its start, with no upsert of its own
+                search_attributes=start_attributes(plan.session_id),
                 static_summary=_one_line(f"task{kind}: {args.description}"),
                 static_details=f"**subagent of** `{workflow.info().workflow_id}` (call `{call.id}`)\n\n"
                 f"**prompt:** {_one_line(args.prompt, 400)}",

@@ -10,7 +10,7 @@ recorded histories hold them, so where the workflow calls these matters.
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.loop import LoopState
@@ -27,6 +27,15 @@ from durable_agent.workflows.calls import Cancellation
 
 SESSION_ID_KEY = SearchAttributeKey.for_keyword(SA_SESSION_ID)
 RUN_STATUS_KEY = SearchAttributeKey.for_keyword(SA_RUN_STATUS)
+
+
+def start_attributes(session_id: str) -> TypedSearchAttributes:
+    """The search attributes of a run under way in ``session_id``, as its start sets them: a
+    run started with them does not upsert them (``RunDisplay.started``), an action Temporal
+    Cloud bills."""
+    return TypedSearchAttributes(
+        [SearchAttributePair(SESSION_ID_KEY, session_id), SearchAttributePair(RUN_STATUS_KEY, EXECUTING)]
+    )
 
 
 class RunDisplay:

@@ -102,7 +102,8 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_conversation_v5.json agent_run_guarded_v2.json agent_run_guarded_v4.json",
             "agent_run_guarded_v5.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
             "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
-            "agent_run_shell_unseen_v7.json agent_run_v10.json agent_run_v2.json agent_run_v4.json",
+            "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
+            "agent_run_subagents_v10.json agent_run_v10.json agent_run_v2.json agent_run_v4.json",
             "agent_run_v5.json agent_run_v9.json",
         ),
         old_branch=("agent_run_approval_v1.json", "agent_run_continued_v1.json", "agent_run_v1.json"),
@@ -126,7 +127,8 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_conversation_v4.json agent_run_conversation_v5.json agent_run_guarded_v4.json",
             "agent_run_guarded_v5.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
             "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
-            "agent_run_shell_unseen_v7.json agent_run_v10.json agent_run_v4.json agent_run_v5.json",
+            "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
+            "agent_run_subagents_v10.json agent_run_v10.json agent_run_v4.json agent_run_v5.json",
             "agent_run_v9.json",
         ),
         old_branch=listed(
@@ -150,7 +152,8 @@ LEDGER: tuple[Patch, ...] = (
         histories=listed(
             "agent_run_approval_v5.json agent_run_continued_v10-last.json",
             "agent_run_continued_v10.json agent_run_guarded_v5.json agent_run_parallel_v10.json",
-            "agent_run_shell_unseen_v7.json agent_run_v10.json agent_run_v5.json agent_run_v9.json",
+            "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
+            "agent_run_subagents_v10.json agent_run_v10.json agent_run_v5.json agent_run_v9.json",
         ),
         old_branch=listed(
             "agent_run_approval_v4.json agent_run_compacted_v4.json agent_run_continued_v4-last.json",
@@ -171,7 +174,8 @@ LEDGER: tuple[Patch, ...] = (
         histories=listed(
             "agent_run_cancel_checkpoint_v7.json agent_run_cancelled_v6.json",
             "agent_run_continued_v10-last.json agent_run_continued_v10.json",
-            "agent_run_parallel_v10.json agent_run_v10.json",
+            "agent_run_parallel_v10.json agent_run_subagents_v10-child1.json",
+            "agent_run_subagents_v10.json agent_run_v10.json",
         ),
     ),
     Patch(
@@ -188,7 +192,8 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_cancel_checkpoint_v7.json agent_run_continued_v10-last.json",
             "agent_run_continued_v10.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
             "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
-            "agent_run_shell_unseen_v7.json agent_run_v10.json agent_run_v9.json",
+            "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
+            "agent_run_subagents_v10.json agent_run_v10.json agent_run_v9.json",
         ),
     ),
     Patch(
@@ -202,7 +207,8 @@ LEDGER: tuple[Patch, ...] = (
         asked="only when a new run's prompt is over the limit",
         histories=listed(
             "agent_run_bounded_prompt_v7.json agent_run_continued_v10.json",
-            "agent_run_parallel_v10.json agent_run_v10.json",
+            "agent_run_parallel_v10.json agent_run_subagents_v10-child1.json",
+            "agent_run_subagents_v10.json agent_run_v10.json",
         ),
     ),
     Patch(
@@ -216,7 +222,8 @@ LEDGER: tuple[Patch, ...] = (
         asked="only when the two judges decide a call differently (workflows/shell_gate.py)",
         histories=listed(
             "agent_run_continued_v10-last.json agent_run_continued_v10.json",
-            "agent_run_parallel_v10.json agent_run_shell_unseen_v7.json agent_run_v10.json",
+            "agent_run_parallel_v10.json agent_run_shell_unseen_v7.json",
+            "agent_run_subagents_v10-child1.json agent_run_subagents_v10.json agent_run_v10.json",
         ),
     ),
     Patch(
@@ -230,7 +237,8 @@ LEDGER: tuple[Patch, ...] = (
         asked="only by a run whose plan has hooks, before its first hook (workflows/hook_runner.py)",
         histories=listed(
             "agent_run_continued_v10-last.json agent_run_continued_v10.json agent_run_hooks_v8.json",
-            "agent_run_parallel_v10.json agent_run_v10.json",
+            "agent_run_parallel_v10.json agent_run_subagents_v10-child1.json",
+            "agent_run_subagents_v10.json agent_run_v10.json",
         ),
     ),
     Patch(
@@ -251,7 +259,7 @@ LEDGER: tuple[Patch, ...] = (
         histories=listed(
             "agent_run_continued_v10-last.json agent_run_continued_v10.json",
             "agent_run_parallel_v10.json agent_run_parallel_v8.json agent_run_parallel_v9.json",
-            "agent_run_v10.json",
+            "agent_run_subagents_v10-child1.json agent_run_subagents_v10.json agent_run_v10.json",
         ),
     ),
     Patch(
@@ -272,7 +280,8 @@ LEDGER: tuple[Patch, ...] = (
         ),
         histories=listed(
             "agent_run_continued_v10-last.json agent_run_continued_v10.json",
-            "agent_run_parallel_v10.json agent_run_v10.json",
+            "agent_run_parallel_v10.json agent_run_subagents_v10-child1.json",
+            "agent_run_subagents_v10.json agent_run_v10.json",
         ),
         old_branch=listed(
             "agent_run_approval_v1.json agent_run_approval_v2.json agent_run_approval_v3.json",
