@@ -248,8 +248,9 @@ class CallBatches:
         """Run the calls at once: their activities are scheduled in this workflow task, in order
         (``asyncio.gather`` is deterministic in Temporal's event loop). Every call settles before
         this returns, so a cancel, which each call's activity sees, stops them all first."""
+        children = sum(1 for v in verdicts if v.child)
         settled = await asyncio.gather(
-            *(self._step.run_allowed(state, v) for v in verdicts), return_exceptions=True
+            *(self._step.run_allowed(state, v, children) for v in verdicts), return_exceptions=True
         )
         outputs: list[ToolOutput] = []
         for result in settled:

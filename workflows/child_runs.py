@@ -14,7 +14,8 @@ result; a child that did not complete is a tool error the parent's model sees.
   and waits for them to end, as a cancel waits for a tool activity.
 - What a child may do is at most what its parent may (``core/subagents.py``): its tools
   are the parent's (or fewer), its rules the parent's within the agent type's, its budgets
-  what remains of the parent's; its depth and the parent's count of children are bounded.
+  what remains of the parent's (an equal part of it for each child started at once); its
+  depth and the parent's count of children are bounded.
 - Each child's ``subagent_start`` and ``subagent_end`` events are the parent's
   (``LoopState.record_subagent``): the end's carries the child's run id and its last
   export's digest, so the parent's exports link the child's series.
@@ -62,18 +63,20 @@ from durable_agent.workflows.workflow_tools import denied_in_workflow
 SUMMARY_CHARS = 120
 
 
-def child_input(state: LoopState, args: TaskArgs, call: ToolUseBlock) -> AgentRunInput:
+def child_input(state: LoopState, args: TaskArgs, call: ToolUseBlock, together: int = 1) -> AgentRunInput:
     """The input of the child a ``task`` call starts, as a client would send it.
 
     Args:
         state: The parent's state: its plan (tools, rules, budgets) and usage.
         args: The call's arguments.
         call: The call.
+        together: The children its answer starts at once (this one among them), which share
+            what remains of the parent's budgets.
 
     Returns:
         The child's input: the parent's session, workspace, sink and model (or the agent
         type's), its rules within the parent's, its tools the parent's (or the type's among
-        them), what remains of the parent's budgets, and who its parent is.
+        them), its part of what remains of the parent's budgets, and who its parent is.
     """
     plan = state.plan
     subagents = plan.subagents
@@ -92,7 +95,9 @@ def child_input(state: LoopState, args: TaskArgs, call: ToolUseBlock) -> AgentRu
     )
     budgets: dict[str, Any] = {}
     for budget in state.budgets():
-        left = budget.limit - budget.used
+        # an equal part each: children running at once, each given all that is left, would
+        # together spend that many times over before the parent could stop them
+        left = (budget.limit - budget.used) / max(together, 1)
         if budget.budget == "tokens":
             budgets["max_total_tokens"] = max(int(left), 1)
         else:
@@ -124,12 +129,14 @@ class SubagentRunner:
         self._display = display
         self._starting = 0  # children being started now: they count against ``max_children``
 
-    async def run(self, state: LoopState, call: ToolUseBlock) -> ToolOutput:
+    async def run(self, state: LoopState, call: ToolUseBlock, together: int = 1) -> ToolOutput:
         """Start the call's child, wait for it to end, and give its answer.
 
         Args:
             state: The parent's state.
             call: The ``task`` call.
+            together: The children its answer starts at once, this one among them: they share
+                what remains of the parent's budgets.
 
         Returns:
             The child's answer, or the tool error the parent's model is shown (the call is
@@ -154,7 +161,7 @@ class SubagentRunner:
             return ToolOutput(content=refusal, is_error=True)
         self._starting += 1
         try:
-            return await self._child(state, call, args)
+            return await self._child(state, call, args, together)
         finally:
             self._starting -= 1
 
@@ -177,14 +184,14 @@ class SubagentRunner:
             return f"no budget is left for a subagent ({spent.budget}: {spent.used:g} of {spent.limit:g})"
         return None
 
-    async def _child(self, state: LoopState, call: ToolUseBlock, args: TaskArgs) -> ToolOutput:
+    async def _child(self, state: LoopState, call: ToolUseBlock, args: TaskArgs, together: int) -> ToolOutput:
         plan = state.plan
         assert plan.subagents is not None
         workflow_id = child_workflow_id(workflow.info().workflow_id, state.tool_rounds, call.id)
         child = ChildRun(
             call_id=call.id, workflow_id=workflow_id, description=args.description, agent_type=args.agent_type
         )
-        run_input = child_input(state, args, call)
+        run_input = child_input(state, args, call, together)
         kind = f" ({args.agent_type})" if args.agent_type else ""
         try:
             handle = await workflow.start_child_workflow(

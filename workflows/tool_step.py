@@ -158,11 +158,12 @@ class ToolStep:
             return await self._subagents.run(state, verdict.call)
         return answer_in_workflow(state, verdict.call, self._display)
 
-    async def run_allowed(self, state: LoopState, verdict: Verdict) -> ToolOutput:
+    async def run_allowed(self, state: LoopState, verdict: Verdict, children: int = 1) -> ToolOutput:
         """A call the rules (or a person) allowed, run with others of its answer: a ``task``
-        call's child run, or the call's activity (``execute``)."""
+        call's child run (one of ``children`` started at once, which share the parent's
+        budgets), or the call's activity (``execute``)."""
         if verdict.child:
-            return await self._subagents.run(state, verdict.call)
+            return await self._subagents.run(state, verdict.call, children)
         return await self.execute(state, verdict.call, verdict.target)
 
     def refuse(self, state: LoopState, verdict: Verdict, reason: str) -> ToolOutput:
