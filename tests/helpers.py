@@ -148,12 +148,19 @@ async def start(
 
 
 class RecordingProvider:
-    """Wraps a provider; keeps the conversation of every model call that reaches it, and its answer."""
+    """Wraps a provider; keeps the conversation of every model call that reaches it, and its answer.
 
-    def __init__(self, inner: ModelProvider) -> None:
+    ``hold_first``: the first call, counted as soon as it arrives, waits to answer until the test
+    sets ``released`` (a test that floods a run during a model call then does not race a delay).
+    """
+
+    def __init__(self, inner: ModelProvider, *, hold_first: bool = False) -> None:
         self.inner = inner
         self.seen: list[tuple[Message, ...]] = []
         self.answers: list[ModelResponse] = []
+        self.released = asyncio.Event()
+        if not hold_first:
+            self.released.set()
 
     @property
     def calls(self) -> int:
@@ -161,6 +168,8 @@ class RecordingProvider:
 
     async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
         self.seen.append(call.messages)
+        if len(self.seen) == 1:
+            await self.released.wait()
         answer = await self.inner.complete(call, model, on_text)
         self.answers.append(answer)
         return answer

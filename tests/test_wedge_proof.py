@@ -24,9 +24,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from durable_agent.activities import AgentActivities
-from durable_agent.activities.providers import ModelProvider, TextSink, build_providers
+from durable_agent.activities.providers import build_providers
 from durable_agent.client import run_result, send_prompt, steer_run
-from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.events import (
     ErrorEvent,
     EventRecord,
@@ -34,7 +33,7 @@ from durable_agent.core.events import (
     ToolsUnavailableEvent,
     UserMessageEvent,
 )
-from durable_agent.core.models import ModelResponse, TextBlock
+from durable_agent.core.models import TextBlock
 from durable_agent.core.plan import Limits
 from durable_agent.core.run_api import (
     HISTORY_FULL,
@@ -64,33 +63,15 @@ AGENT_TOOLS = Path(__file__).parent / "mcp_servers" / "agent_tools.py"
 KEY_ENV = "AGENT_WEDGE_TEST_KEY"
 
 
-class HeldProvider(RecordingProvider):
-    """A recording provider whose first call waits until the test lets it answer: a test that
-    floods a run during a model call must not depend on how fast the machine sends the flood."""
-
-    def __init__(self, inner: ModelProvider) -> None:
-        super().__init__(inner)
-        self.released = asyncio.Event()
-
-    async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse:
-        if not self.seen:
-            self.seen.append(call.messages)  # counted as soon as it is in flight
-            await self.released.wait()
-            answer = await self.inner.complete(call, model, on_text)
-            self.answers.append(answer)
-            return answer
-        return await super().complete(call, model, on_text)
-
-
 def recording(config: Any) -> tuple[AgentActivities, RecordingProvider, RecordingSink]:
     model = RecordingProvider(build_providers(config)["scripted"])
     sink = RecordingSink()
     return AgentActivities(config, providers={"scripted": model}, sinks={"local": sink}), model, sink
 
 
-def held(config: Any) -> tuple[AgentActivities, HeldProvider]:
+def held(config: Any) -> tuple[AgentActivities, RecordingProvider]:
     """Activities whose model holds its first call until ``model.released`` is set."""
-    model = HeldProvider(build_providers(config)["scripted"])
+    model = RecordingProvider(build_providers(config)["scripted"], hold_first=True)
     return AgentActivities(config, providers={"scripted": model}, sinks={"local": RecordingSink()}), model
 
 
