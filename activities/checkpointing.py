@@ -341,7 +341,7 @@ class RunLogs:
             raise state_missing(exc) from None
         # an export is portable: it holds the images whole, not the store's references to them
         messages = await filled_images(
-            self.store, header.run_id, run_log.messages, self.log_cache.filled(header.run_id)
+            self.store, header.run_id, run_log.messages, self.log_cache.filled(header.run_id), whole_log=True
         )
         payload = export_payload(
             header, run_log, await self.log_cache.prior_runs(header), inp.facts, messages

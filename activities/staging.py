@@ -58,6 +58,8 @@ async def filled_images(
     run_id: str,
     messages: Sequence[Message],
     memo: dict[int, tuple[Message, Message]] | None = None,
+    *,
+    whole_log: bool = False,
 ) -> list[Message]:
     """``messages`` with the data of their referenced images read back from the store.
 
@@ -68,20 +70,30 @@ async def filled_images(
         memo: ``id(message)`` to ``(message, filled)`` from earlier calls: a message filled
             before comes back as the same object (an export's encoder then knows it and does
             not encode it again), and its images are not read again.
+        whole_log: ``messages`` are the run's whole log, the objects its cache keeps: those
+            without images go in the memo too, as themselves (a long run's boundary then
+            looks each message up instead of searching all their blocks again), and the memo
+            forgets the messages no longer in the log (a rewind's). Not for a model's view of
+            the log, whose messages may be new objects at every call.
 
     Returns:
         The messages; those with images are other objects, holding the images' data.
     """
     memo = {} if memo is None else memo
+    if whole_log and len(memo) > 2 * len(messages) + 64:
+        current = {id(m) for m in messages}
+        for key in [k for k in memo if k not in current]:
+            del memo[key]
     out = list(messages)
     todo: list[int] = []
     for index, message in enumerate(messages):
-        if message.images():
-            hit = memo.get(id(message))
-            if hit is not None and hit[0] is message:
-                out[index] = hit[1]
-            else:
-                todo.append(index)
+        hit = memo.get(id(message))
+        if hit is not None and hit[0] is message:
+            out[index] = hit[1]
+        elif message.images():
+            todo.append(index)
+        elif whole_log:
+            memo[id(message)] = (message, message)
     if not todo:
         return out
     found = {}

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from durable_agent.core.events import ErrorEvent, EventRecord, TextDeltaEvent, ToolStartEvent
-from durable_agent.core.export import RunRecord, SessionCheckpointExportV1
+from durable_agent.core.export import CheckpointPayload, InvalidPayload, RunRecord, SessionCheckpointExportV1
 from durable_agent.core.export_parts import (
     CHAIN_START,
     ExportEncoder,
@@ -15,7 +15,14 @@ from durable_agent.core.export_parts import (
     build_parted,
     chain_of,
 )
-from durable_agent.core.models import Message, TextBlock, TokenUsage, ToolResultBlock, ToolUseBlock
+from durable_agent.core.models import (
+    ImageBlock,
+    Message,
+    TextBlock,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from durable_agent.core.run_log import (
     ExportFacts,
     LogDelta,
@@ -135,6 +142,58 @@ def test_a_fresh_encoder_and_a_kept_one_agree() -> None:
         facts = ExportFacts(turn=turn, checkpoint_ms=turn, updated_at_ms=turn, usage=TokenUsage())
         payload = export_payload(header(), log, [], facts)
         assert build_parted(kept, payload) == build_parted(ExportEncoder(), payload)
+
+
+def _with_message(payload: CheckpointPayload, message: Message) -> CheckpointPayload:
+    logical = payload.logical_resume
+    return payload.model_copy(
+        update={"logical_resume": logical.model_copy(update={"messages": (*logical.messages, message)})}
+    )
+
+
+def _with_event(payload: CheckpointPayload, event: EventRecord) -> CheckpointPayload:
+    record = payload.source_run()
+    snapshot = record.snapshot.model_copy(update={"event_count": record.snapshot.event_count + 1})
+    grown = RunRecord(snapshot=snapshot, events=(*record.events, event))
+    records = tuple(grown if r is record else r for r in payload.snapshot.run_records)
+    return payload.model_copy(
+        update={"snapshot": payload.snapshot.model_copy(update={"run_records": records})}
+    )
+
+
+@pytest.mark.parametrize("prior_runs", [0, 2])
+def test_a_kept_encoder_checks_only_what_a_boundary_adds_and_refuses_what_a_fresh_one_refuses(
+    prior_runs: int,
+) -> None:
+    rng = random.Random(11)
+    prior = [ended(f"r-{i}", 3) for i in range(prior_runs)]
+    head = header(prior=tuple(r.snapshot.id for r in prior))
+    log, ref = RunLog(RUN), START
+    for turn in range(1, 5):
+        events = (random_event(rng, turn),)
+        entry = LogEntry.after(ref, LogDelta(messages=(random_message(rng, turn),), events=events))
+        log.apply(entry)
+        ref = entry.ref(RUN)
+    facts = ExportFacts(turn=4, checkpoint_ms=4, updated_at_ms=4, usage=TokenUsage())
+    payload = export_payload(head, log, prior, facts)
+    kept = ExportEncoder()
+    build_parted(kept, payload)
+
+    no_data = ImageBlock(media_type="image/png", digest="sha256:" + "a" * 64, size=3)
+    image = Message(role="user", content=(ToolResultBlock(tool_use_id="c", content="", images=(no_data,)),))
+    last = payload.source_run().events[-1]
+    again = EventRecord(sequence=last.sequence, timestamp_ms=last.timestamp_ms, event=ErrorEvent(message="x"))
+    for bad, refusal in [
+        (_with_message(payload, image), "has no data"),
+        (_with_event(payload, again), "do not strictly increase"),
+    ]:
+        for encoder in (kept, ExportEncoder(), kept):  # the kept one twice: a refusal changes nothing
+            with pytest.raises(InvalidPayload, match=refusal):
+                encoder.draft(bad)
+
+    # after the refusals the kept encoder builds the next good boundary as a fresh one does
+    good = _with_message(payload, Message(role="user", content=(TextBlock(text="next"),)))
+    assert build_parted(kept, good) == build_parted(ExportEncoder(), good)
 
 
 def test_the_chain_of_nothing_is_the_start() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
@@ -391,8 +392,25 @@ def load_export(data: str | bytes) -> SessionCheckpointExportV1:
     return SessionCheckpointExportV1.model_validate(raw)
 
 
-def check_self_consistent(payload: CheckpointPayload) -> None:
-    """Raise ``InvalidPayload`` unless the payload meets the contract's self-consistency."""
+@dataclass(frozen=True)
+class CheckedBefore:
+    """What the check of an earlier export of the same run covered, which the next check may
+    take as checked: items are frozen, so the same object checks the same
+    (``ExportEncoder`` counts the items still at their places, by identity)."""
+
+    messages: int = 0  # the logical resume's first messages
+    events: int = 0  # the source run's first events
+    prior: bool = False  # the records of the session's other runs, all of them
+
+
+def check_self_consistent(payload: CheckpointPayload, before: CheckedBefore = CheckedBefore()) -> None:
+    """Raise ``InvalidPayload`` unless the payload meets the contract's self-consistency.
+
+    Args:
+        payload: The export's payload.
+        before: What an earlier check of the same run's export covered: a boundary checks
+            what it adds, not the whole run again (the default checks all of it).
+    """
     logical = payload.logical_resume
     snapshot = payload.snapshot
     if logical.turn < 1:
@@ -409,14 +427,19 @@ def check_self_consistent(payload: CheckpointPayload) -> None:
         if run.id in seen:
             raise InvalidPayload(f"run id {run.id!r} appears twice")
         seen.add(run.id)
-        previous = 0
-        for event in record.events:
-            if event.sequence <= previous:
+        events = record.events
+        if run.id == logical.run_id:
+            start = min(before.events, len(events))
+        else:
+            start = len(events) if before.prior else 0
+        previous = events[start - 1].sequence if start else 0
+        for index in range(start, len(events)):
+            if events[index].sequence <= previous:
                 raise InvalidPayload(f"run {run.id!r}: event sequences do not strictly increase")
-            previous = event.sequence
+            previous = events[index].sequence
         if run.event_count < previous:
             raise InvalidPayload(f"run {run.id!r}: event_count does not cover its events")
-    for message in logical.messages:
+    for message in logical.messages[before.messages :]:
         for image in message.images():
             # cheap, so at every boundary: an export holds its images whole (``open`` checks
             # each image's digest and size too, once, on what arrives from outside)

@@ -36,6 +36,7 @@ from durable_agent.core.export import (
     EXPORT_SCHEMA,
     MEDIA_TYPE,
     PAYLOAD_SCHEMA,
+    CheckedBefore,
     CheckpointPayload,
     ExportDescriptor,
     LoopCheckpoint,
@@ -99,14 +100,18 @@ class _Series:
     chains: list[str] = field(default_factory=list)
     size: int = 0  # bytes of the items
 
-    def sync(self, values: Sequence[BaseModel]) -> None:
-        """Encode the values not encoded yet. Values are frozen: the same object encodes the
-        same, so the items kept are those whose object is still at its place."""
+    def kept(self, values: Sequence[BaseModel]) -> int:
+        """How many of the first values are the objects encoded last, at their places."""
         keep = 0
         for old, new in zip(self.sources, values, strict=False):
             if old is not new:
                 break
             keep += 1
+        return keep
+
+    def sync(self, values: Sequence[BaseModel], keep: int) -> None:
+        """Encode the values not encoded yet, the first ``keep`` (``kept``) being encoded.
+        Values are frozen: the same object encodes the same."""
         self.size -= sum(map(len, self.items[keep:]))
         del self.sources[keep:], self.items[keep:], self.chains[keep:]
         chain = self.chains[-1] if self.chains else CHAIN_START
@@ -241,14 +246,19 @@ class ExportEncoder:
         return self._messages.size + self._events.size
 
     def draft(self, payload: CheckpointPayload) -> PartedDraft:
-        check_self_consistent(payload)
         logical = payload.logical_resume
         record = payload.source_run()
         prior_records = tuple(r for r in payload.snapshot.run_records if r is not record)
+        # what this encoder holds was checked when it was encoded: check what is new only
+        kept_messages = self._messages.kept(logical.messages)
+        kept_events = self._events.kept(record.events)
+        prior_known = self._prior_known(prior_records)
+        before = CheckedBefore(kept_messages, kept_events, prior_known)
+        check_self_consistent(payload, before)
         if payload.snapshot.run_records[-1] is not record:
             raise ValueError("the source run's record must be the snapshot's last")
-        self._messages.sync(logical.messages)
-        self._events.sync(record.events)
+        self._messages.sync(logical.messages, kept_messages)
+        self._events.sync(record.events, kept_events)
         logical_head, logical_tail = around(_fields(logical, "messages"), "messages")
         snapshot_head, snapshot_tail = around(_fields(payload.snapshot, "run_records"), "run_records")
         record_head, record_tail = around(_fields(record, "events"), "events")
@@ -262,7 +272,7 @@ class ExportEncoder:
             logical_resume_digest=_PLACEHOLDER,
             descriptor_digest=_PLACEHOLDER,
         )
-        prior = self._prior_items(prior_records)
+        prior = self._prior_items(prior_records, prior_known)
         parts = PartedExport(
             descriptor=placeholder,
             logical_head=logical_head,
@@ -279,12 +289,17 @@ class ExportEncoder:
         )
         return PartedDraft(parts)
 
-    def _prior_items(self, records: tuple[RunRecord, ...]) -> tuple[bytes, ...]:
-        # ended runs do not change: encoded once per run (compared as objects, then by value)
+    def _prior_known(self, records: tuple[RunRecord, ...]) -> bool:
+        """Whether ``records`` are those this encoder holds encoded (as objects, then by value)."""
         kept = self._prior
-        same = kept is not None and len(kept[0]) == len(records)
-        if kept is not None and same and (all(map(operator.is_, kept[0], records)) or kept[0] == records):
-            return kept[1]
+        if kept is None or len(kept[0]) != len(records):
+            return False
+        return all(map(operator.is_, kept[0], records)) or kept[0] == records
+
+    def _prior_items(self, records: tuple[RunRecord, ...], known: bool) -> tuple[bytes, ...]:
+        # ended runs do not change: encoded once per run
+        if self._prior is not None and known:
+            return self._prior[1]
         encoded = tuple(canonical_bytes(r) for r in records)
         self._prior = (records, encoded)
         return encoded
