@@ -69,6 +69,7 @@ from durable_agent.core.run_log import (
     run_snapshot,
     unanswered_calls,
 )
+from durable_agent.core.todo_list import plan_at_checkpoint
 from durable_agent.telemetry_spans import ActivityTelemetry
 
 
@@ -205,6 +206,7 @@ class RunLogs:
             # the same ledger and view the source run had, so the next request is the same
             context=ContextLedger.seeded(logical.messages, payload.source_run().events),
             workspace_tree=workspace_tree_of(payload.source_run().events),
+            todos=plan_at_checkpoint(payload),
         )
 
     @activity.defn(name=FINISH_RUN.name)

@@ -12,8 +12,9 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
 from durable_agent.activities import AgentActivities
+from durable_agent.activities.sinks import read_export_file
 from durable_agent.cli.render import EventPrinter, print_status
-from durable_agent.client import follow_events
+from durable_agent.client import follow_events, resume_run
 from durable_agent.core.activity_api import TOOL_CALL
 from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.core.events import TodoEvent, TodoItem, ToolEndEvent
@@ -222,3 +223,28 @@ def test_an_empty_list_clears_the_plan() -> None:
     assert repeated.is_error and "repeated: x" in repeated.text
     blank = answer_todo_write({"todos": [{"content": "  ", "status": "pending"}]})
     assert blank.is_error and "content must not be blank" in blank.text
+
+
+async def test_a_run_resumed_from_an_export_shows_the_plan_it_was_exported_with(
+    client: Client, tmp_path: Path
+) -> None:
+    ws = workspace_with(tmp_path, {"a.txt": "alpha\n"})
+    script = [todo_call("t1", FIRST), read_call("r1", "a.txt"), read_call("r2", "a.txt"), final("done")]
+    config = scripted_config(tmp_path, script)
+    exports = tmp_path / "exports"
+    async with running_worker(client, AgentActivities(config)) as queue:
+        first = await (await start(client, queue, ws, "plan, then read", session_id="origin")).result()
+        assert first.status == "completed", first.error
+        before = set(exports.rglob("turn-*.json"))
+        after_r1 = sorted(before)[1]  # turn 2: after the plan and r1
+        # from a file on the worker, in the same session: the plan is there from the start
+        resumed = await resume_run(client, after_r1, queue=queue, workspace=str(ws), session_id="origin")
+        assert (await resumed.result()).status == "completed"
+        assert (await run_status(resumed)).todos == items(FIRST)
+        # it wrote no plan of its own: its export's plan is its source's, found through the session
+        [again] = sorted(set(exports.rglob("turn-*.json")) - before)
+        export = read_export_file(again)
+        assert not [r for r in export.open().source_run().events if isinstance(r.event, TodoEvent)]
+        second = await resume_run(client, export, queue=queue, workspace=str(ws))  # by value
+        assert (await second.result()).status == "completed"
+        assert (await run_status(second)).todos == items(FIRST)

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.loop import LoopState
     from durable_agent.core.plan import RunPlan, Timeouts
     from durable_agent.core.run_api import AgentRunInput, CarriedState, RunInputJson
+    from durable_agent.core.todo_list import plan_at_checkpoint
 
 from durable_agent.workflows import legacy_start
 from durable_agent.workflows.admission import json_size
@@ -188,6 +189,8 @@ class Starter:
         # a resumed run sees its source's newest view, and knows its last usage report
         context = ContextLedger.seeded((), resume.source_run().events) if resume is not None else None
         state = LoopState(plan, now_ms(), resume=logical, point=point, context=context)
+        # the plan the model had written, shown from the start (no event: the log is unchanged)
+        state.todos = point.todos if point is not None else plan_at_checkpoint(resume) if resume else ()
         for refused in plan.tools_refused:  # an MCP server whose tools the plan could not carry
             state.journal.emit(
                 ToolsUnavailableEvent(server=refused.server, tools=refused.tools, reason=refused.reason),

@@ -13,7 +13,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import Field
 
 from durable_agent.core.context import ContextLedger
-from durable_agent.core.events import EventRecord
+from durable_agent.core.events import EventRecord, TodoItem
 from durable_agent.core.export import CapabilityBinding, ExportDescriptor, ResumedFrom, RunRecord, RunStatus
 from durable_agent.core.hooks import HookDocument, HookEventName, HookInput, HookOutcome, HookRef
 from durable_agent.core.models import (
@@ -163,6 +163,9 @@ class ResumePoint(Frozen):
     context: ContextLedger | None = None
     # the workspace's git tree at the checkpoint (its last ``tool_end`` that recorded one)
     workspace_tree: str | None = None
+    # the model's plan at the checkpoint (``todo_list.plan_at_checkpoint``); none in a point
+    # recorded before it was sent
+    todos: tuple[TodoItem, ...] = ()
 
 
 class CompactInput(Frozen):

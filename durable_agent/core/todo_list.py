@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from durable_agent.core.errors import validation_message
-from durable_agent.core.events import TodoItem, TodoStatus
+from durable_agent.core.events import TodoEvent, TodoItem, TodoStatus
 from durable_agent.core.tool_args import TodoWriteArgs
+
+if TYPE_CHECKING:
+    from durable_agent.core.export import CheckpointPayload
 
 TODO_WRITE = "todo_write"
 # What the UI's current details show of the list: the details are read whole at every refresh.
@@ -118,3 +121,32 @@ def checklist_markdown(todos: tuple[TodoItem, ...]) -> str:
 def checklist_lines(todos: tuple[TodoItem, ...], limit: int = 160) -> list[str]:
     """The list as lines for a terminal: ``☑`` done, ``◐`` in progress, ``☐`` pending."""
     return [f"{_symbol(t.status)} {_cut(t.content, limit)}" for t in todos]
+
+
+def plan_at_checkpoint(payload: CheckpointPayload) -> tuple[TodoItem, ...]:
+    """The plan the model had written last when an export was made, for a run resumed from it.
+
+    The newest ``todo`` event of the export's source run; when that run wrote none and was
+    itself resumed, its source's, as far as the export's snapshot holds them (a run resumed
+    from another session's export is not in it). A resumed run shows this plan from its start;
+    it records no event for it, so its log is what it was.
+
+    Args:
+        payload: The export's payload.
+
+    Returns:
+        The plan's tasks; none when no run of the line wrote one.
+    """
+    records = {r.snapshot.id: r for r in payload.snapshot.run_records}
+    run_id: str | None = payload.logical_resume.run_id
+    seen: set[str] = set()
+    while run_id is not None and run_id in records and run_id not in seen:
+        seen.add(run_id)
+        record = records[run_id]
+        for entry in reversed(record.events):
+            if isinstance(entry.event, TodoEvent):
+                return entry.event.todos
+        source = record.snapshot.resumed_from
+        same_session = source is not None and source.session_id == payload.snapshot.session_id
+        run_id = source.run_id if source is not None and same_session else None
+    return ()
