@@ -188,12 +188,10 @@ class Starter:
             return state
         # a resumed run sees its source's newest view, and knows its last usage report
         context = ContextLedger.seeded((), resume.source_run().events) if resume is not None else None
-        state = LoopState(plan, now_ms(), resume=logical, point=point, context=context)
-        # the plan the model had written, shown from the start (no event: the log is unchanged)
-        if point is not None:
-            state.todos = point.todos
-        elif resume is not None:
-            state.todos = plan_at_checkpoint(resume)
+        # the plan the model had written, shown from the start
+        todos = plan_at_checkpoint(resume) if resume is not None else ()
+        todos = point.todos if point is not None else todos
+        state = LoopState(plan, now_ms(), resume=logical, point=point, context=context, todos=todos)
         for refused in plan.tools_refused:  # an MCP server whose tools the plan could not carry
             state.journal.emit(
                 ToolsUnavailableEvent(server=refused.server, tools=refused.tools, reason=refused.reason),

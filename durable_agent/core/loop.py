@@ -75,12 +75,15 @@ class LoopState:
         resume: LoopCheckpoint | None = None,
         point: ResumePoint | None = None,
         context: ContextLedger | None = None,
+        todos: tuple[TodoItem, ...] = (),
     ) -> None:
         """A new run of ``plan``; with ``resume``, one that goes on from that checkpoint's
         conversation; with ``point``, from the conversation of an export file on the worker.
         ``context``: the resumed run's view and last usage report (its messages are measured
-        as they enter the log); a ``point`` brings its own."""
+        as they enter the log); a ``point`` brings its own. ``todos``: a resumed run's plan,
+        the one its export was made with (shown, not recorded: no ``todo`` event)."""
         self._counters(plan)
+        self.todos = todos
         self._due_calls: list[ToolUseBlock]
         self._last_role: Literal["user", "assistant"]
         if point is not None:
