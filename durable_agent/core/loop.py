@@ -83,7 +83,7 @@ class LoopState:
         as they enter the log); a ``point`` brings its own. ``todos``: a resumed run's plan,
         the one its export was made with (shown, not recorded: no ``todo`` event)."""
         self._counters(plan)
-        self.todos = todos
+        self.todos: tuple[TodoItem, ...] = todos  # the plan the model wrote last (``todo_write``)
         self._due_calls: list[ToolUseBlock]
         self._last_role: Literal["user", "assistant"]
         if point is not None:
@@ -135,7 +135,7 @@ class LoopState:
         self._last_role = "user"
         self.run_usage = TokenUsage()
         self.final_status: FinalStatus | None = None
-        self.todos: tuple[TodoItem, ...] = ()  # the plan the model wrote last (``todo_write``)
+        self.todos = ()
         # a run with an output schema: the answer of its last valid ``final_result`` call
         self.output: dict[str, Any] | None = None
         # the subagents the run started (``task``), in the order they started; their usage
