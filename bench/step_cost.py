@@ -36,6 +36,10 @@ It prints numbers and never judges them; the goals are printed beside them.
    Ours runs workflow code without Temporal's sandbox (``worker.py``), the naive
    design with Temporal's defaults (sandboxed), as the published integrations
    do; a third phase runs the naive design unsandboxed too, for comparison.
+   ``--throughput-rounds K`` runs the three phases K times, each round starting
+   with the next design, and prints each design's median steps/s with its
+   range, and each round's ratios: on a small machine one round's figures
+   differ from the next by a fifth or more.
 3. Sink bytes, per ours run: every byte under the sink's folder after the run
    (the folder is emptied between runs, so all of it is the run's), over its
    steps (``sink B/step``); the final export's ``size_bytes`` (its descriptor,
@@ -362,8 +366,12 @@ async def run_all(client: Client, address: str, tmp: Path, args: argparse.Namesp
                     rows.append(await measure(b, "naive", n))
                 rows.append(await measure_floor(b, n))
     if not args.skip_throughput:
-        for design in ("ours", "naive", NAIVE_UNSANDBOXED):
-            out["throughput"].append(await throughput(b, design, args.throughput_runs, args.throughput_steps))
+        designs = ("ours", "naive", NAIVE_UNSANDBOXED)
+        for round_ in range(args.throughput_rounds):
+            # each round starts with the next design: no design always runs first (or last)
+            for design in designs[round_ % 3 :] + designs[: round_ % 3]:
+                result = await throughput(b, design, args.throughput_runs, args.throughput_steps)
+                out["throughput"].append({**result, "round": round_ + 1})
     await acts.aclose()
     if not args.skip_takeover:
         base_t = tmp / "takeover"
@@ -381,6 +389,9 @@ async def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per N up to 200 (median); one above")
     parser.add_argument("--throughput-runs", type=int, default=20)
     parser.add_argument("--throughput-steps", type=int, default=50)
+    parser.add_argument(
+        "--throughput-rounds", type=int, default=1, help="rounds of the three phases (median and range)"
+    )
     parser.add_argument("--takeover-rounds", type=int, default=3)
     parser.add_argument("--takeover-runs", type=int, default=10, help="runs a round")
     parser.add_argument("--takeover-steps", type=int, default=400, help="steps a run (never reached)")
@@ -388,8 +399,10 @@ async def main() -> int:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--json", action="store_true", help="also one JSON line per figure group")
     args = parser.parse_args()
-    if min(args.boundaries) < 1 or args.repeat < 1 or args.file_bytes < 100:
-        parser.error("--boundaries and --repeat must be at least 1, --file-bytes at least 100")
+    if min(args.boundaries) < 1 or args.repeat < 1 or args.throughput_rounds < 1 or args.file_bytes < 100:
+        parser.error(
+            "--boundaries, --repeat and --throughput-rounds must be at least 1, --file-bytes at least 100"
+        )
     args.boundaries = sorted(set(args.boundaries))
     core_log = CoreLog()  # the SDK's payload-size warnings (the naive design's) kept off the terminal
     with tempfile.TemporaryDirectory(prefix="step-cost-") as tmp_name:

@@ -63,7 +63,7 @@ def summarize(args: argparse.Namespace, results: dict[str, Any]) -> dict[str, An
             }
         )
     flat = next((r for r in reversed(rows) if "flat" in r), None)
-    tp = {t["design"]: t for t in results["throughput"]}
+    tp = throughput_summary(results["throughput"])
     ratio = None
     if "ours" in tp and "naive" in tp and tp["naive"]["steps_per_s"]:
         ratio = round(tp["ours"]["steps_per_s"] / tp["naive"]["steps_per_s"], 2)
@@ -74,6 +74,33 @@ def summarize(args: argparse.Namespace, results: dict[str, Any]) -> dict[str, An
         "flat": None if flat is None else {"group": "flat", **pick(flat), **flat["flat"]},
         "takeover": results["takeover"],
     }
+
+
+def throughput_summary(phases: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each design's throughput phases as one figure: the median round's, with every round's
+    steps/s (``rounds``) and, beside ours, each round's ratios to the two naive designs."""
+    by_design: dict[str, list[dict[str, Any]]] = {}
+    for phase in phases:
+        by_design.setdefault(phase["design"], []).append(phase)
+    out: dict[str, Any] = {}
+    for design, runs in by_design.items():
+        ranked = sorted(runs, key=lambda r: r["steps_per_s"])
+        middle = ranked[(len(ranked) - 1) // 2]
+        out[design] = {**middle, "rounds": [r["steps_per_s"] for r in runs]}
+    ours = out.get("ours")
+    for other in ("naive", "naive-unsandboxed"):
+        if ours is not None and other in out:
+            pairs = zip(ours["rounds"], out[other]["rounds"], strict=False)
+            ours[f"round_ratios_to_{other}"] = [round(a / b, 2) if b else None for a, b in pairs]
+    return out
+
+
+def each_round(tp: dict[str, Any], other: str) -> str:
+    """``; rounds: a, b, c``: ours' ratio to ``other`` in each round, when there were several."""
+    ratios = tp.get("ours", {}).get(f"round_ratios_to_{other}") or []
+    if len(ratios) < 2:
+        return ""
+    return "; rounds: " + ", ".join("—" if r is None else f"{r:.2f}" for r in ratios)
 
 
 def pick(row: dict[str, Any]) -> dict[str, Any]:
@@ -138,12 +165,14 @@ def report(args: argparse.Namespace, summary: dict[str, Any], results: dict[str,
             t = tp.get(design)
             if t is not None:
                 failed = f", {t['failed_runs']} runs failed: {t['failures']}" if t["failed_runs"] else ""
+                rounds = ", ".join(f"{r:.2f}" for r in t["rounds"])
+                spread = f" (median of {len(t['rounds'])} rounds: {rounds})" if len(t["rounds"]) > 1 else ""
                 print(f"  {design:<17}: {t['completed']:,} steps in {t['wall_s']:.1f} s = "
-                      f"{t['steps_per_s']:.2f} steps/s{failed}")  # fmt: skip
-        print(f"  ours/naive: {fmt(tp['ours_to_naive'], '{:.2f}')}")
+                      f"{t['steps_per_s']:.2f} steps/s{spread}{failed}")  # fmt: skip
+        print(f"  ours/naive: {fmt(tp['ours_to_naive'], '{:.2f}')}{each_round(tp, 'naive')}")
         if tp.get("naive-unsandboxed") and tp["naive-unsandboxed"]["steps_per_s"]:
             same = tp["ours"]["steps_per_s"] / tp["naive-unsandboxed"]["steps_per_s"]
-            print(f"  ours/naive-unsandboxed: {same:.2f}   goal: >= 1.2")
+            print(f"  ours/naive-unsandboxed: {same:.2f}   goal: >= 1.2{each_round(tp, 'naive-unsandboxed')}")
 
     print("\n3. sink bytes (ours; all bytes under the run's sink folder; median over repeats)")
     lines = [
