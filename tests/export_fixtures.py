@@ -26,8 +26,9 @@ from pathlib import Path
 
 from durable_agent.activities.sink_files import whole_document
 from durable_agent.activities.sinks import FilesystemExportSink
+from durable_agent.core.capability_binding import CapabilityBinding
 from durable_agent.core.events import ModelUsageEvent, ToolStartEvent, TurnEndEvent
-from durable_agent.core.export import CapabilityBinding, RunRecord
+from durable_agent.core.export import RunRecord
 from durable_agent.core.export_parts import ExportEncoder, PartedExport, build_parted
 from durable_agent.core.loop import LoopState
 from durable_agent.core.models import Message, ModelResponse, TextBlock, TokenUsage, ToolUseBlock

@@ -31,8 +31,8 @@ from durable_agent.client import resume_run
 from durable_agent.config import AgentConfig, InstructionsConfig
 from durable_agent.core.activity_api import ModelCallInput, ResolveInput
 from durable_agent.core.canonical import digest_of, sha256_digest
+from durable_agent.core.capability_binding import CapabilityBinding, binding_differences
 from durable_agent.core.events import EventRecord, RunStartEvent
-from durable_agent.core.export import CapabilityBinding, binding_differences
 from durable_agent.core.models import InstructionFile, ModelResponse, ToolDefinition
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan

@@ -29,16 +29,11 @@ with workflow.unsafe.imports_passed_through():
         ResumeFileInput,
         ResumePoint,
     )
+    from durable_agent.core.capability_binding import CapabilityBinding, binding_differences
     from durable_agent.core.context import ContextLedger
     from durable_agent.core.errors import validation_message
     from durable_agent.core.events import ErrorEvent, ToolsUnavailableEvent
-    from durable_agent.core.export import (
-        CapabilityBinding,
-        CheckpointPayload,
-        ResumedFrom,
-        binding_differences,
-        workspace_tree_of,
-    )
+    from durable_agent.core.export import CheckpointPayload, ResumedFrom, workspace_tree_of
     from durable_agent.core.failures import INPUT_TOO_LARGE, INVALID_RUN_INPUT, failure_message
     from durable_agent.core.loop import LoopState
     from durable_agent.core.plan import RunPlan, Timeouts

@@ -24,8 +24,9 @@ from collections.abc import Awaitable, Sequence
 
 from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.conformance.checks import Check, Factory, registry, run_checks
+from durable_agent.core.capability_binding import CapabilityBinding
 from durable_agent.core.events import ErrorEvent, EventRecord
-from durable_agent.core.export import CapabilityBinding, RunRecord
+from durable_agent.core.export import RunRecord
 from durable_agent.core.models import Message, TextBlock, ToolDefinition, ToolResultBlock, ToolUseBlock
 from durable_agent.core.run_log import (
     LogDelta,

@@ -12,9 +12,10 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import Field
 
+from durable_agent.core.capability_binding import CapabilityBinding
 from durable_agent.core.context import ContextLedger
 from durable_agent.core.events import EventRecord, TodoItem
-from durable_agent.core.export import CapabilityBinding, ExportDescriptor, ResumedFrom, RunRecord, RunStatus
+from durable_agent.core.export import ExportDescriptor, ResumedFrom, RunRecord, RunStatus
 from durable_agent.core.hooks import HookDocument, HookEventName, HookInput, HookOutcome, HookRef
 from durable_agent.core.models import (
     Frozen,

@@ -10,8 +10,9 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from durable_agent.core.capability_binding import CapabilityBinding
 from durable_agent.core.context import ContextPolicy
-from durable_agent.core.export import CapabilityBinding, ResumedFrom
+from durable_agent.core.export import ResumedFrom
 from durable_agent.core.hooks import HooksConfig
 from durable_agent.core.models import Frozen, InstructionFile, ToolDefinition, ToolsUnavailable
 from durable_agent.core.permissions import PermissionPolicy

@@ -24,10 +24,10 @@ from typing import Final, Literal
 from pydantic import Field
 
 from durable_agent.core.canonical import canonical_bytes, digest_of, sha256_digest
+from durable_agent.core.capability_binding import CapabilityBinding
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.events import ContextCompactedEvent, EventRecord, PermissionDeniedEvent, ToolEndEvent
 from durable_agent.core.export import (
-    CapabilityBinding,
     CheckpointPayload,
     ExportDescriptor,
     LoopCheckpoint,

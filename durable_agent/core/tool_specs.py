@@ -20,8 +20,8 @@ from typing import Any, Literal
 from pydantic import ConfigDict, ValidationError
 
 from durable_agent.core.canonical import digest_of
+from durable_agent.core.capability_binding import CapabilityBinding
 from durable_agent.core.errors import DurableAgentError, validation_message
-from durable_agent.core.export import CapabilityBinding
 from durable_agent.core.models import InstructionFile, Sparse, ToolDefinition
 from durable_agent.core.patch_format import PatchError, parse_patch, patch_paths
 from durable_agent.core.permissions import DOMAIN_PREFIX, DOMAIN_TOOLS, PermissionPolicy
