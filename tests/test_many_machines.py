@@ -111,9 +111,15 @@ async def test_three_machines_one_database_kill_9_at_random(
             )
             handles.append(await start_run(client, run, queue=queue))
         kills = 0
-        while kills < KILLS and not all([await _closed(h) for h in handles]):
-            await asyncio.sleep(rng.uniform(1.5, 4.0))
-            target = holder((await rng.choice(handles).fetch_history()).events)
+        while kills < KILLS:
+            # a run still open, at a random moment: the machine holding it is the one killed (a
+            # run that has ended may have ended on a machine already killed, and runs end sooner
+            # as steps got faster: a pick among all of them could leave too few kills landed)
+            await asyncio.sleep(rng.uniform(0.5, 2.0))
+            running = [h for h in handles if not await _closed(h)]
+            if not running:
+                break
+            target = holder((await rng.choice(running).fetch_history()).events)
             pid = int(target.split("@")[0]) if target and target.split("@")[0].isdigit() else None
             held = procs.pop(pid, None) if pid is not None else None
             if held is None:
