@@ -23,9 +23,11 @@ has committed.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal
 
+import asyncpg
 from pydantic import ValidationError
 
 from durable_agent.activities.sink_files import (
@@ -49,6 +51,8 @@ from durable_agent.activities.store.postgres import PERMANENT_ERRORS, SINK_TABLE
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
 from durable_agent.core.export_parts import PartedExport
 
+log = logging.getLogger(__name__)
+
 # What the sink writes: its exports and its workspace objects (never updated: content-addressed).
 OBJECT_TABLES: Final[Mapping[str, tuple[str, ...]]] = {"agent_object": ("SELECT", "INSERT")}
 # One statement's share of a ``put_objects`` (all of them in one transaction): a boundary that
@@ -68,6 +72,8 @@ class PostgresExportSink:
         self.name = name
         # the parts' headers read so far: a boundary checks its chain without reading them again
         self._cache = HeaderCache()
+        # whether ``missing_objects`` renews what it finds (off once the role may not)
+        self._renews = True
 
     async def connect(self) -> None:
         """Open the pool, migrate the schema and check this role may write the sink's tables."""
@@ -77,10 +83,33 @@ class PostgresExportSink:
         await self.db.aclose()
 
     async def missing_objects(self, ids: Sequence[str]) -> list[str]:
-        """Those of ``ids`` this sink does not hold, in their order (one query a few thousand ids)."""
+        """Those of ``ids`` this sink does not hold, in their order (one query a few thousand ids).
+
+        The ``created_at`` of those it holds is renewed first, where this role may update the
+        table: the boundary asking counts on them until its export names them, and
+        ``durable-agent gc`` keeps an object that young (``sink_gc_pg.py``)."""
         wanted = [object_id_checked(oid) for oid in ids]
+        if self._renews:
+            await self._renew(wanted)
         held = {row["id"] for row in await self._held_objects(wanted, "id")}
         return [oid for oid in wanted if oid not in held]
+
+    async def _renew(self, ids: list[str]) -> None:
+        try:
+            pool = await self.db.pool()
+            for start in range(0, len(ids), _ID_BATCH):
+                # only rows past a few minutes: a boundary's own objects are not written twice
+                await pool.execute(
+                    "UPDATE agent_object SET created_at = now() WHERE sink = $1 AND id = ANY($2::text[]) "
+                    "AND created_at < now() - interval '5 minutes'",
+                    self.name,
+                    ids[start : start + _ID_BATCH],
+                )
+        except asyncpg.InsufficientPrivilegeError:
+            self._renews = False  # a role granted SELECT, INSERT only (docs/operations.md)
+            log.warning("PostgreSQL sink %r: no UPDATE on agent_object: objects are not renewed", self.name)
+        except Exception as exc:
+            raise self._sink_error(exc) from exc
 
     async def put_objects(self, objects: Mapping[str, bytes]) -> None:
         """Hold ``objects`` (id -> loose object), all in one transaction; returns once it committed.

@@ -55,6 +55,7 @@ from durable_agent.core.export_parts import CHAIN_START, PartedExport, joined
 __all__ = [
     "MANIFEST_SCHEMA",
     "ManifestError",
+    "PartReader",
     "PartedWrite",
     "folder_headers",
     "folder_reader",
@@ -275,7 +276,7 @@ def join_manifest(
         descriptor = ExportDescriptor.model_validate(manifest.get("descriptor"))
     except ValidationError as exc:
         raise ManifestError(f"the manifest's descriptor is not one: {exc.errors()[0]['msg']}") from None
-    reader = _Parts(parts)
+    reader = PartReader(parts)
     messages = reader.items(manifest, "messages")
     events = reader.items(manifest, "events")
     prior = reader.records(part_name(manifest.get("prior")))
@@ -301,8 +302,9 @@ def join_manifest(
     return SessionCheckpointExportV1(descriptor=descriptor, content=text)
 
 
-class _Parts:
-    """The parts a manifest names, each read once, checked against its name."""
+class PartReader:
+    """The parts a manifest names, each read once, checked against its name; one reader serves
+    every manifest of a run folder (``sink_gc`` reads a run's exports with one)."""
 
     def __init__(self, read: Callable[[str], bytes | None]) -> None:
         self.read = read

@@ -225,6 +225,8 @@ StoreConfig = Annotated[FilesystemStoreConfig | PostgresStoreConfig, Field(discr
 class FilesystemSinkConfig(_Strict):
     kind: Literal["filesystem"] = "filesystem"
     path: Path
+    # days ``durable-agent gc`` keeps an export for (None: it keeps every export)
+    retain_days: float | None = Field(None, gt=0)
 
 
 class PostgresSinkConfig(_Strict):
@@ -232,6 +234,8 @@ class PostgresSinkConfig(_Strict):
 
     kind: Literal["postgres"]
     dsn_env: str = Field("AGENT_PG_DSN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # days ``durable-agent gc`` keeps an export for (None: it keeps every export)
+    retain_days: float | None = Field(None, gt=0)
 
 
 SinkConfig = Annotated[FilesystemSinkConfig | PostgresSinkConfig, Field(discriminator="kind")]

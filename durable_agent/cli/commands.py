@@ -292,6 +292,33 @@ def _add_export_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     exports.set_defaults(func=Handler("exports", "cmd_exports"))
 
 
+def _add_gc_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``gc`` (``cli/gc.py``)."""
+    gc = sub.add_parser(
+        "gc", help="remove a sink's exports older than its retain_days, and what only they need"
+    )
+    gc.add_argument("--sink", metavar="NAME", help="only this sink (default: every sink with retain_days)")
+    gc.add_argument("--dry-run", action="store_true", help="count what would be removed, remove nothing")
+    gc.add_argument(
+        "--retain-days",
+        type=_positive_days,
+        metavar="N",
+        help="keep exports N days (instead of the config's)",
+    )
+    gc.add_argument("--json", action="store_true", help="the reports as JSON")
+    gc.set_defaults(func=Handler("gc", "cmd_gc"))
+
+
+def _positive_days(value: str) -> float:
+    try:
+        days = float(value)
+    except ValueError:
+        days = float("nan")
+    if not days > 0 or days == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of days")
+    return days
+
+
 def _add_codec_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``codec-server`` and ``codec-key`` (``cli/codec_server.py``)."""
     server = sub.add_parser(
@@ -343,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_conversation_commands(sub)
     _add_approval_commands(sub)
     _add_export_commands(sub)
+    _add_gc_command(sub)
     _add_codec_commands(sub)
     _add_mcp_commands(sub)
     return parser
