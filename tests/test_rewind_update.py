@@ -14,6 +14,7 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers.from_config import build_providers
 from durable_agent.activities.providers.model_provider import ModelProvider, TextSink, assistant_step
 from durable_agent.client import end_conversation
+from durable_agent.config import AgentConfig
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.events import EventRecord, RewindEvent
 from durable_agent.core.models import ModelResponse, TextBlock, TokenUsage, ToolResultBlock
@@ -52,14 +53,21 @@ class AfterRewind:
         return await self.inner.complete(call, model, on_text)
 
 
-def activities(tmp: Path) -> tuple[AgentActivities, RecordingProvider]:
-    config = scripted_config(
+def writing_config(tmp: Path, script: list[dict[str, Any]] = SCRIPT, **extra: Any) -> AgentConfig:
+    """The scripted model's config, allowed to read, write and run bash (unsandboxed), its
+    workspace recorded in a shadow of the test's own."""
+    return scripted_config(
         tmp,
-        SCRIPT,
+        script,
         permissions={"allow": ["read(*)", "write(*)", "bash"], "default": "deny"},
         sandbox={"kind": "none"},
         workspace_checkpoints={"path": str(tmp / "worker-shadow")},
+        **extra,
     )
+
+
+def activities(tmp: Path) -> tuple[AgentActivities, RecordingProvider]:
+    config = writing_config(tmp)
     model = RecordingProvider(AfterRewind(build_providers(config)["scripted"]))
     return AgentActivities(config, providers={"scripted": model}), model
 

@@ -273,7 +273,7 @@ def _add_approval_commands(sub: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def _add_export_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``verify``, ``pack`` and ``exports`` (``cli/exports.py``)."""
+    """``verify``, ``pack`` and ``exports`` (``cli/exports.py``), and ``diff`` (``cli/diff.py``)."""
     verify = sub.add_parser("verify", help="check export files written by the filesystem sink")
     verify.add_argument("files", nargs="+", metavar="EXPORT", help="a file, or pg:SESSION/RUN/TURN")
     verify.add_argument("--sink", help="the PostgreSQL sink of pg: references (default: the config's)")
@@ -290,6 +290,28 @@ def _add_export_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     exports.add_argument("session_id")
     exports.add_argument("--sink", help="the sink (default: the config's default_sink)")
     exports.set_defaults(func=Handler("exports", "cmd_exports"))
+
+    diff = sub.add_parser(
+        "diff", help="what a run changed in its workspace, as a unified diff (from its sink)"
+    )
+    diff.add_argument(
+        "run",
+        metavar="RUN",
+        help="a workflow id, an export (a file, or pg:SESSION/RUN/TURN), or with --session a run id",
+    )
+    diff.add_argument(
+        "--turn", type=int, metavar="N", help="only turn N's call: its tree against the one before"
+    )
+    diff.add_argument(
+        "--stat", action="store_true", help="only the paths changed, with lines added and deleted"
+    )
+    diff.add_argument(
+        "--sink", help="the sink that holds the run's exports and objects (default: the config's)"
+    )
+    diff.add_argument(
+        "--session", metavar="ID", help="RUN is a run id of this session, found in the sink alone"
+    )
+    diff.set_defaults(func=Handler("diff", "cmd_diff"))
 
 
 def _add_gc_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -78,14 +78,30 @@ def read_export_ref(ref: str, sink: str | None = None) -> SessionCheckpointExpor
     return read_export_file(Path(ref))
 
 
+def session_exports(sink: str | None, session_id: str) -> tuple[str, list[tuple[str, ExportDescriptor]]]:
+    """A session's exports in a sink of the worker's config.
+
+    Args:
+        sink: The sink's name (None: the config's ``default_sink``).
+        session_id: The session.
+
+    Returns:
+        The sink's name, and each export's reference (the filesystem sink's file, or
+            ``pg:SESSION/RUN/TURN``) with its descriptor, each run's in turn order.
+
+    Raises:
+        ExportRefError: No such sink; ``ConfigError``, ``OSError``: it cannot be read.
+    """
+    name, config = _sink(sink)
+    if isinstance(config, FilesystemSinkConfig):
+        return name, _files(config.path, session_id)
+    return name, asyncio.run(_pg_rows(sink, session_id))
+
+
 def cmd_exports(args: argparse.Namespace) -> int:
     """List a session's exports in a sink: ``pg:`` references, or the filesystem sink's files."""
     try:
-        name, config = _sink(args.sink)
-        if isinstance(config, FilesystemSinkConfig):
-            rows = _files(config.path, args.session_id)
-        else:
-            rows = asyncio.run(_pg_rows(args.sink, args.session_id))
+        name, rows = session_exports(args.sink, args.session_id)
     except (ExportRefError, ConfigError, OSError) as exc:
         err(f"exports: {exc}")
         return 2

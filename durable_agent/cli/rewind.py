@@ -38,9 +38,13 @@ def export_tree(export: SessionCheckpointExportV1) -> str:
     return tree
 
 
-def _sink(name: str | None) -> tuple[str, Any, Path]:
+def sink_of(name: str | None) -> tuple[str, Any, Path]:
     """The sink ``name`` (default: the config's), a filesystem or PostgreSQL one, and the config's
-    shadow folder. A PostgreSQL sink opens its pool on first use: ``_restore`` closes it."""
+    shadow folder. A PostgreSQL sink opens its pool on first use: its user closes it (``aclose``).
+
+    Raises:
+        RewindError: The sink is neither (only those hold workspace trees).
+    """
     from durable_agent.activities.sinks import FilesystemExportSink
     from durable_agent.activities.workspace_tree import default_shadow_root
 
@@ -94,7 +98,7 @@ def restore_workspace(export: SessionCheckpointExportV1, folder: Path, sink_name
     from durable_agent.activities.workspace_tree import ShadowRepo
 
     tree = export_tree(export)
-    _, sink, shadow = _sink(sink_name)
+    _, sink, shadow = sink_of(sink_name)
     try:
         asyncio.run(_restore(ShadowRepo(shadow, folder), tree, sink))
     except DurableAgentError as exc:  # a tree it lacks, a database that refused (``SinkError``, …)
@@ -122,7 +126,7 @@ async def _locate(args: argparse.Namespace) -> tuple[str, str]:
     if not digests:
         turns = sorted({e.turn for e in result.exports})
         raise RewindError(f"run {args.workflow_id} has no export at turn {args.turn} (turns: {turns})")
-    _, sink, _ = _sink(args.sink)
+    _, sink, _ = sink_of(args.sink)
     if not hasattr(sink, "root"):  # a PostgreSQL sink (its pool not opened here)
         from durable_agent.cli.exports import PG_PREFIX
 
