@@ -24,6 +24,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools.sandbox import sandbox_problem
+from durable_agent.activities.workspaces.hosting import WorkspaceHosting
 from durable_agent.client import connect, ensure_search_attributes, exit_process, task_queue
 from durable_agent.config import AgentConfig, ConfigError, load_config
 from durable_agent.core.errors import DurableAgentError
@@ -79,6 +80,8 @@ def build_worker(
         # tests/test_layers.py (no clock, randomness or I/O in workflow or core code) and the
         # suite replays every recorded history under the sandbox.
         workflow_runner=UnsandboxedWorkflowRunner(),
+        # and the worker's own task queue, for the runs whose workspace it holds (docs/workspaces.md)
+        plugins=[WorkspaceHosting(activities)],
     )
 
 

@@ -9,6 +9,7 @@ the activities, each in a module named for what it does:
 - ``tool_calls`` (``activities/tool_call.py``): ``agent.tool_call``;
 - ``hook_calls`` (``activities/hook_call.py``): ``agent.hook``, one ``[hooks]`` command;
 - ``restores`` (``activities/workspace_restore.py``): ``agent.restore_workspace``, a ``rewind``'s files;
+- ``changes`` (``activities/workspaces/changes.py``): ``agent.workspace_change``, a run's change set;
 - ``run_logs`` (``activities/checkpointing.py``): ``agent.open_run``, ``agent.read_resume``,
   ``agent.checkpoint``, ``agent.save_checkpoint``, ``agent.export_checkpoint`` and
   ``agent.finish_run``;
@@ -48,6 +49,8 @@ from durable_agent.activities.tools.sandbox import sandbox_settings
 from durable_agent.activities.tools.tool import Tool
 from durable_agent.activities.workspace_restore import WorkspaceRestores
 from durable_agent.activities.workspace_tree import WorkspaceTrees, own_folders
+from durable_agent.activities.workspaces.changes import WorkspaceChanges
+from durable_agent.activities.workspaces.copies import WorkspaceCopies, new_host_id
 from durable_agent.config import (
     AgentConfig,
     PostgresSinkConfig,
@@ -141,13 +144,26 @@ class AgentActivities:
         )
         # the workspace's files recorded at each boundary of a tool that may change them
         self.workspace_trees = WorkspaceTrees(config.workspace_checkpoints, self.sinks, own_folders(config))
+        # a run's workspace kept at the run's tree on this machine, whatever machine it was on
+        # (docs/workspaces.md): this worker's id as a run's host, and its own task queue
+        self.copies = (
+            WorkspaceCopies(self.workspace_trees, new_host_id(), shared=config.workspaces.shared)
+            if config.workspaces.follow and config.workspace_checkpoints.enabled
+            else None
+        )
         # the [mcp.*] servers: their tools join ``self.tools`` once listed
         self.mcp = McpCatalog(config.mcp, self.tools)
         # the parts, sharing the pieces above (the same dicts: a tool added later is seen)
         # a run's plan and its model steps ask the catalog only when there are servers
         mcp = self.mcp if config.mcp else None
         self.planner = RunPlanner(
-            config, self.providers, self.tools, self.sinks, mcp, workspace_trees=self.workspace_trees
+            config,
+            self.providers,
+            self.tools,
+            self.sinks,
+            mcp,
+            workspace_trees=self.workspace_trees,
+            copies=self.copies,
         )
         self.model_calls = ModelCalls(
             self.providers,
@@ -158,7 +174,9 @@ class AgentActivities:
             mcp,
             takes_images=lambda model: takes_images(config, model),
         )
-        self.tool_calls = ToolCalls(self.tools, self.store, self.redact, self.telemetry, self.workspace_trees)
+        self.tool_calls = ToolCalls(
+            self.tools, self.store, self.redact, self.telemetry, self.workspace_trees, self.copies
+        )
         self.run_logs = RunLogs(self.store, self.log_cache, self.sinks, self.telemetry)
         self.legacy = LegacySessions(self.store)
         # the [hooks] commands, in the sandbox the bash tool's commands run in
@@ -166,6 +184,8 @@ class AgentActivities:
         self.compactions = Compactions(self.model_calls)
         # a ``rewind``: the workspace's files as one of the run's turns recorded them
         self.restores = WorkspaceRestores(self.sinks, self.workspace_trees)
+        # what a run did to its workspace, for its result
+        self.changes = WorkspaceChanges(self.workspace_trees)
         # where the activities are: each method under ``@activity.defn`` is one (``all()``)
         self.parts: tuple[object, ...] = (
             self.planner,
@@ -176,6 +196,7 @@ class AgentActivities:
             self.legacy,
             self.hook_calls,
             self.restores,
+            self.changes,
         )
 
     async def connect(self) -> None:
@@ -220,6 +241,15 @@ class AgentActivities:
             Every activity, each registered under its ``agent.*`` name.
         """
         return registered(ACTIVITIES, [*defined_activities(self.parts), request_cancel])
+
+    def host_activities(self) -> list[Callable[..., Any]]:
+        """The activities this worker takes on its own task queue as a run's host
+        (``activities/workspaces/hosting.py``): those that use the run's workspace.
+
+        Returns:
+            ``agent.tool_call``.
+        """
+        return [self.tool_calls.tool_call]
 
 
 def activity_name(fn: Callable[..., Any]) -> str | None:

@@ -87,7 +87,7 @@ class PostgresExportSink:
 
         The ``created_at`` of those it holds is renewed first, where this role may update the
         table: the boundary asking counts on them until its export names them, and
-        ``durable-agent gc`` keeps an object that young (``sink_gc_pg.py``)."""
+        ``durable-agent gc`` keeps an object that young (``sink_gc/postgres.py``)."""
         wanted = [object_id_checked(oid) for oid in ids]
         if self._renews:
             await self._renew(wanted)

@@ -9,19 +9,22 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.compaction import context_policy
 from durable_agent.activities.instructions import ProjectInstructions, read_project_files, system_prompt
 from durable_agent.activities.mcp.catalog import McpCatalog
 from durable_agent.activities.providers.model_provider import ModelProvider
 from durable_agent.activities.sinks import ExportSink
-from durable_agent.activities.support import usage_error
+from durable_agent.activities.support import heartbeating, usage_error
 from durable_agent.activities.tools.tool import Tool
-from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees
+from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees, restore_tree
+from durable_agent.activities.workspaces.copies import WorkspaceCopies
 from durable_agent.config import AgentConfig, ModelPrices, model_prices
 from durable_agent.core.activity_api import RESOLVE_RUN, ResolveInput
 from durable_agent.core.canonical import canonical_bytes
-from durable_agent.core.models import ToolsUnavailable
+from durable_agent.core.failures import WORKSPACE_NOT_RECORDED
+from durable_agent.core.models import ToolsUnavailable, WorkspaceState
 from durable_agent.core.output_schema import DEFAULT_OUTPUT_RETRIES, FINAL_RESULT_TOOL, final_result_offer
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan
@@ -97,6 +100,8 @@ class RunPlanner:
     mcp: McpCatalog | None = None
     # compares a resumed run's workspace with its checkpoint's tree (None: no check)
     workspace_trees: WorkspaceTrees | None = dataclasses.field(default=None, kw_only=True)
+    # records the base of a run whose workspace follows it (None: no run's does)
+    copies: WorkspaceCopies | None = dataclasses.field(default=None, kw_only=True)
 
     @activity.defn(name=RESOLVE_RUN.name)
     async def resolve_run(self, inp: ResolveInput) -> RunPlan:
@@ -120,7 +125,10 @@ class RunPlanner:
             known = ", ".join(sorted(self.sinks)) or "none"
             raise usage_error(f"export sink {sink!r} is not configured (configured: {known})")
         if inp.workspace_tree is not None and self.workspace_trees is not None:
-            await self._check_workspace(workspace, inp.workspace_tree, sink)
+            if inp.restore_workspace and self.copies is not None and not self.copies.shared:
+                await self._restore_workspace(workspace, inp.workspace_tree, sink)
+            else:
+                await self._check_workspace(workspace, inp.workspace_tree, sink)
         permissions = run.permissions or inp.resume_permissions or config.permissions
         budgets = self._budgets(run, model)
         if self.mcp:
@@ -153,6 +161,7 @@ class RunPlanner:
             )
         offers = tuple(kept)
         project = await self._project_files(inp.run_id, workspace)
+        base = await self._base(workspace, sink, child=run.subagent is not None)
         return RunPlan(
             session_id=inp.session_id,
             run_id=inp.run_id,
@@ -186,7 +195,29 @@ class RunPlanner:
             if run.max_output_retries is None
             else run.max_output_retries,
             subagents=subagents,
+            workspace_base=base,
+            workspace_host=self.copies.host if base is not None and self.copies is not None else None,
+            host_wait_seconds=config.workspaces.host_wait_seconds,
         )
+
+    async def _base(self, workspace: Path, sink: str, *, child: bool) -> WorkspaceState | None:
+        """A run whose workspace follows it: its workspace's tree now, its objects in the sink,
+        this machine's copy marked as at it (``activities/workspaces/copies.py``). None: it does
+        not follow (no ``[workspaces] follow``, a sink that holds no trees, or a child run, which
+        works in its parent's copy: docs/workspaces.md)."""
+        copies, trees = self.copies, self.workspace_trees
+        if copies is None or trees is None or copies.shared or child or trees.object_sink(sink) is None:
+            return None
+        try:
+            base = await heartbeating(trees.record(workspace, sink, strict=True))
+        except WorkspaceTreeError as exc:
+            # retried: a sink that was down may take the objects at the next attempt
+            raise ApplicationError(
+                f"workspace {str(workspace)!r} could not be recorded: {exc}", type=WORKSPACE_NOT_RECORDED
+            ) from None
+        if base is not None:
+            await copies.adopt(workspace, base.tree)
+        return base
 
     def _system_prompt(self, origin: SubagentOrigin | None) -> str:
         """The worker's system prompt, or a child's agent type's (``[agents.NAME] system_prompt``),
@@ -248,6 +279,19 @@ class RunPlanner:
                 f"the workspace's files differ from the checkpoint's (tree {tree}): {shown} (restore "
                 "them with `durable-agent resume --restore-workspace`, or resume with force_resume to go on)"
             )
+
+    async def _restore_workspace(self, workspace: Path, tree: str, sink: str) -> None:
+        """A rewound run's copy on this machine made the turn's tree (the rewind restored it on
+        the worker that ran it, which may be another machine: docs/workspaces.md)."""
+        assert self.workspace_trees is not None and self.copies is not None
+        held = self.workspace_trees.object_sink(sink)
+        if held is None:
+            raise usage_error(f"sink {sink!r} holds no workspace trees to restore tree {tree} from")
+        try:
+            await heartbeating(restore_tree(self.workspace_trees.repo(workspace), tree, held))
+        except WorkspaceTreeError as exc:
+            raise usage_error(f"the workspace could not be restored to tree {tree}: {exc}") from None
+        await self.copies.adopt(workspace, tree)
 
     async def _project_files(self, run_id: str, workspace: Path) -> ProjectInstructions:
         """The project instruction files of a run in ``workspace`` (none when the config turns

@@ -190,7 +190,7 @@ class FilesystemExportSink:
     def _renewed(self, oid: str) -> bool:
         """Whether the object is here. One that is gets a new mtime: the boundary asking counts on
         it until its export names it, and ``durable-agent gc`` keeps an object that young
-        (``sink_gc_fs.py``)."""
+        (``sink_gc/filesystem.py``)."""
         path = self.object_path(oid)
         try:
             os.utime(path)

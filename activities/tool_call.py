@@ -18,12 +18,14 @@ from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.activities.support import heartbeating, state_missing
 from durable_agent.activities.tools.path_guard import READ_DENIED, check_resolved, read_denier
 from durable_agent.activities.tools.tool import CURRENT_CALL, Tool, ToolContent, ToolFailure
-from durable_agent.activities.workspace_tree import WorkspaceTrees
+from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees
+from durable_agent.activities.workspaces.copies import WorkspaceCopies, restore_note
 from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
+from durable_agent.core.failures import WORKSPACE_NOT_RECORDED, WORKSPACE_NOT_RESTORED
 from durable_agent.core.models import ImageBlock, Message
 from durable_agent.core.run_log import StateMissing, recorded_result
 from durable_agent.core.tool_specs import ToolCallError, validate_args
-from durable_agent.telemetry_spans import ActivityTelemetry, ToolCallSpan
+from durable_agent.telemetry_spans import ActivityTelemetry, ToolCallSpan, activity_metrics
 
 log = logging.getLogger(__name__)
 
@@ -42,23 +44,96 @@ class ToolCalls:
     telemetry: ActivityTelemetry = field(default_factory=ActivityTelemetry)
     # records the workspace after a call to a tool that may change files (None: never)
     workspace_trees: WorkspaceTrees | None = None
+    # keeps this machine's copy of a run's workspace at the run's tree (None: never followed)
+    copies: WorkspaceCopies | None = None
 
     @activity.defn(name=TOOL_CALL.name)
     async def tool_call(self, inp: ToolCallInput) -> ToolOutput:
         """Run one tool call in the workspace; expected failures become tool errors."""
         if inp.recorded_after is not None and (recorded := await self._recorded(inp)) is not None:
             return recorded
+        if inp.expect_tree is not None and self.copies is not None:
+            return await self._followed(inp, self.copies)
+        output = await self._observed(inp)
+        update: dict[str, Any] = {"completed_at_ms": int(time.time() * 1000)}
+        trees = self.workspace_trees
+        # a tool that may change files ran (or was refused its arguments): record the workspace
+        if trees is not None and self._changes(inp) and output.permission is None:
+            update["workspace"] = await heartbeating(trees.record(Path(inp.workspace), inp.sink))
+            update["completed_at_ms"] = int(time.time() * 1000)
+        return output.model_copy(update=update)
+
+    def _changes(self, inp: ToolCallInput) -> bool:
+        """Whether the call's tool may change files (an unknown tool runs nothing)."""
+        tool = self.tools.get(inp.name)
+        return tool is not None and not tool.spec.read_only
+
+    async def _observed(self, inp: ToolCallInput) -> ToolOutput:
         known = inp.name in self.tools
         with self.telemetry.tool_call(inp, known=known) as observed:
             output = await self._tool_call(inp, observed)
             observed.finished(output, known=known)
-        update: dict[str, Any] = {"completed_at_ms": int(time.time() * 1000)}
-        tool = self.tools.get(inp.name)
-        trees = self.workspace_trees
-        # a tool that may change files ran (or was refused its arguments): record the workspace
-        if trees is not None and tool is not None and not tool.spec.read_only and output.permission is None:
-            update["workspace"] = await heartbeating(trees.record(Path(inp.workspace), inp.sink))
-            update["completed_at_ms"] = int(time.time() * 1000)
+        return output
+
+    async def _followed(self, inp: ToolCallInput, copies: WorkspaceCopies) -> ToolOutput:
+        """A call of a run whose workspace follows it: this machine's copy made equal to the
+        tree the run expects, the call run, and the new tree recorded, its objects in the sink,
+        before the call returns (``activities/workspaces/copies.py``)."""
+        assert inp.expect_tree is not None
+        info = activity.info()
+        changes = self._changes(inp)
+        # A retry of an ordinary activity most often follows a host that died mid-call: restore
+        # here rather than send the call back to it. A local call is retried within its
+        # workflow task, on this worker, and restores here only as the run's host.
+        take_over = inp.take_over or (info.attempt > 1 and not info.is_local)
+        try:
+            held = await heartbeating(
+                copies.enter(
+                    Path(inp.workspace),
+                    inp.expect_tree,
+                    inp.sink or "",
+                    host=inp.host,
+                    take_over=take_over,
+                    changes=changes,
+                )
+            )
+        except WorkspaceTreeError as exc:
+            # retried by Temporal: a sink that was down may answer the next attempt
+            raise ApplicationError(
+                self.redact(f"workspace not restored: {exc}"), type=WORKSPACE_NOT_RESTORED
+            ) from None
+        if held is None:
+            return ToolOutput(
+                content=f"the run's workspace is on worker {inp.host}, not here ({copies.host})",
+                is_error=True,
+                elsewhere=True,
+                host=copies.host,
+            )
+        try:
+            output = await self._observed(inp)
+        except BaseException:
+            await copies.leave(held, None, record=False)
+            raise
+        try:
+            recorded = changes and output.permission is None
+            state = await heartbeating(copies.leave(held, inp.sink, record=recorded))
+        except WorkspaceTreeError as exc:
+            # The call's changes are nowhere the run could find them on another machine: the
+            # next attempt runs the call again from the tree before it.
+            raise ApplicationError(self.redact(str(exc)), type=WORKSPACE_NOT_RECORDED) from None
+        update: dict[str, Any] = {
+            "completed_at_ms": int(time.time() * 1000),
+            "host": copies.host,
+            "workspace": state,
+            "restored": held.restored,
+        }
+        if held.restored is not None:
+            restored = held.restored
+            activity_metrics().workspace_restored(
+                restored.reason, restored.bytes, restored.duration_ms / 1000
+            )
+            update["content"] = output.content + restore_note(held.restored)
+            update["staged"] = False  # the staged text is the output without the note
         return output.model_copy(update=update)
 
     async def _tool_call(self, inp: ToolCallInput, observed: ToolCallSpan) -> ToolOutput:

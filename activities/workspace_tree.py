@@ -44,6 +44,7 @@ from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.models import WorkspaceState
 
 __all__ = [
+    "Fetched",
     "ShadowRepo",
     "WorkspaceTreeError",
     "WorkspaceTrees",
@@ -375,14 +376,20 @@ class ShadowRepo:
     def mark_pushed(self, sink_name: str, tree: str) -> None:
         write_atomic(self.git_dir / "pushed" / _key(sink_name), tree.encode() + b"\n")
 
-    def checkout(self, tree: str) -> None:
+    def checkout(self, tree: str) -> str:
         """Make the workspace's files those of ``tree``, whose objects the shadow holds: the files
         recorded now and not in it are removed; files never recorded (ignored, left out for their
-        size) are left as they are."""
+        size) are left as they are.
+
+        Returns:
+            The tree the files made before (recorded first, so it stays in the shadow).
+        """
         self.prepare()
-        self.record()
-        with _lock(self.git_dir):
-            self.git("read-tree", "--reset", "-u", tree)
+        before = self.record().tree
+        if before != tree:
+            with _lock(self.git_dir):
+                self.git("read-tree", "--reset", "-u", tree)
+        return before
 
     def differences(self, was: str, now: str) -> list[str]:
         """The paths that differ from tree ``was`` (a checkpoint's) to ``now`` (the workspace's):
@@ -399,21 +406,37 @@ def _key(name: str) -> str:
     return hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
 
 
-async def fetch_tree(repo: ShadowRepo, tree: str, sink: ObjectSink, *, blobs: bool = True) -> None:
+@dataclass(frozen=True)
+class Fetched:
+    """What ``fetch_tree`` brought from the sink: how many objects, and their bytes there."""
+
+    objects: int = 0
+    size: int = 0  # bytes
+
+    def __add__(self, got: Mapping[str, bytes]) -> Fetched:
+        return Fetched(self.objects + len(got), self.size + sum(len(data) for data in got.values()))
+
+
+async def fetch_tree(repo: ShadowRepo, tree: str, sink: ObjectSink, *, blobs: bool = True) -> Fetched:
     """Bring ``tree``'s objects the shadow lacks from ``sink`` (its subtrees; with ``blobs``, its
     files' too).
+
+    Returns:
+        How many objects came from the sink, and their size there.
 
     Raises:
         WorkspaceTreeError: The sink lacks one, or gave one that is not what its id names.
     """
     await asyncio.to_thread(repo.prepare)
     level, files = [tree], set()
+    fetched = Fetched()
     while level:
         local = await asyncio.to_thread(repo.read, level)
         missing = [oid for oid in level if oid not in local]
         for start in range(0, len(missing), _FETCH_BATCH):
             got = await sink.get_objects(missing[start : start + _FETCH_BATCH])
             await asyncio.to_thread(repo.add_objects, got)
+            fetched += got
             for oid, data in got.items():
                 raw = zlib.decompress(data)
                 local[oid] = ("tree", raw.partition(b"\0")[2])
@@ -427,7 +450,7 @@ async def fetch_tree(repo: ShadowRepo, tree: str, sink: ObjectSink, *, blobs: bo
                 elif mode != b"160000":  # a submodule's commit is not in the workspace's objects
                     files.add(child)
     if not blobs:
-        return
+        return fetched
     wanted = sorted(files)
     held = await asyncio.to_thread(repo.has, wanted)
     missing = [oid for oid in wanted if oid not in held]
@@ -437,6 +460,8 @@ async def fetch_tree(repo: ShadowRepo, tree: str, sink: ObjectSink, *, blobs: bo
         if lacking := [oid for oid in batch if oid not in got]:
             raise WorkspaceTreeError(f"the sink does not hold object {lacking[0]} (of workspace tree {tree})")
         await asyncio.to_thread(repo.add_objects, got)
+        fetched += got
+    return fetched
 
 
 async def restore_tree(repo: ShadowRepo, tree: str, sink: ObjectSink) -> None:
@@ -483,16 +508,24 @@ class WorkspaceTrees:
         sink = self.sinks.get(sink_name or "")
         return sink if isinstance(sink, ObjectSink) else None
 
-    async def record(self, workspace: Path, sink_name: str | None) -> WorkspaceState | None:
+    async def record(
+        self, workspace: Path, sink_name: str | None, *, strict: bool = False
+    ) -> WorkspaceState | None:
         """Record ``workspace`` and send its new objects to the sink ``sink_name``.
 
         Args:
             workspace: The run's workspace.
             sink_name: The run's export sink (None: a workflow that does not say; nothing is recorded).
+            strict: A run whose workspace follows it: a failure raises instead, since the run
+                could not find the files again on another machine.
 
         Returns:
             The tree (and the files left out of it), or None: recording is off, the sink holds no
             trees, or it failed (logged; the call's result stands without it).
+
+        Raises:
+            WorkspaceTreeError: With ``strict``: the workspace was not recorded, or the sink did
+                not take its objects.
         """
         sink = self.object_sink(sink_name) if self.config.enabled else None
         if sink is None or sink_name is None:
@@ -506,6 +539,10 @@ class WorkspaceTrees:
         try:
             recorded = await asyncio.to_thread(repo.record)
             since = await asyncio.to_thread(repo.pushed_to, sink_name)
+            if since is not None and since != recorded.tree and await sink.missing_objects([since]):
+                # gone from the sink (``durable-agent gc`` took a tree no export kept): send again
+                # what the sink lacks of the whole tree, not only what changed since
+                since = None
             candidates = await asyncio.to_thread(repo.objects_since, recorded.tree, since)
             if candidates:
                 missing = await sink.missing_objects(candidates)
@@ -514,9 +551,15 @@ class WorkspaceTrees:
             if since != recorded.tree:
                 await asyncio.to_thread(repo.mark_pushed, sink_name, recorded.tree)
         except (WorkspaceTreeError, OSError) as exc:
+            if strict:
+                raise WorkspaceTreeError(f"workspace {workspace} was not recorded: {exc}") from None
             log.warning("workspace %s was not recorded: %s", workspace, exc)
             return None
         except DurableAgentError as exc:  # the sink refused (``SinkError``)
+            if strict:
+                raise WorkspaceTreeError(
+                    f"workspace {workspace}: sink {sink_name!r} did not take its objects: {exc}"
+                ) from None
             log.warning("workspace %s: sink %r did not take its objects: %s", workspace, sink_name, exc)
             return None
         if recorded.left_out:

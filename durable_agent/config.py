@@ -540,6 +540,22 @@ class WorkspaceCheckpointsConfig(_Strict):
     max_total_bytes: int = Field(1024 * 1024 * 1024, ge=0)
 
 
+class WorkspacesConfig(_Strict):
+    """The run's workspace on the worker's machines (docs/workspaces.md): a run whose workspace
+    follows it records its tree when it starts, and every tool call makes its machine's copy
+    equal to the tree the run expects before it runs, restoring it from the run's sink where it
+    differs. It needs `[workspace_checkpoints]` on and an export sink that holds trees."""
+
+    # Keep each run's workspace at its tree on whatever machine runs its calls.
+    follow: bool = True
+    # The workspaces are on a disk every worker shares (NFS and the like): never restored, and a
+    # run's calls go to any worker.
+    shared: bool = False
+    # How long a call waits on the run's host's own task queue before any worker takes the run
+    # over (restoring its copy): the host is busy or gone.
+    host_wait_seconds: float = Field(5.0, gt=0, le=600)
+
+
 class WebFetchConfig(_Strict):
     """The ``web_fetch`` tool. Which hosts a run may fetch from is its permission rules'
     business (``web_fetch(domain:HOST)``, denied by default); this is what one fetch may do."""
@@ -654,6 +670,8 @@ class AgentConfig(_Rewritten):
     hooks: HooksConfig = HooksConfig()
     # The workspace's files recorded at each boundary, as git trees (docs/exports.md).
     workspace_checkpoints: WorkspaceCheckpointsConfig = WorkspaceCheckpointsConfig()
+    # The workspace follows the run to whatever machine runs its calls (docs/workspaces.md).
+    workspaces: WorkspacesConfig = WorkspacesConfig()
     # Subagents: the `task` tool and the kinds of subagent, `[agents.NAME]` (docs/subagents.md).
     agents: AgentsConfig = AgentsConfig()
 

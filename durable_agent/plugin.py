@@ -32,6 +32,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.tools.custom import added_tools
 from durable_agent.activities.tools.tool import Tool
+from durable_agent.activities.workspaces.hosting import hosting, is_host_queue
 from durable_agent.client import agent_interceptors
 from durable_agent.codec import data_converter
 from durable_agent.config import AgentConfig, load_config
@@ -198,6 +199,8 @@ class DurableAgentPlugin(SimplePlugin):
             ConfigError: As ``agent_activities``, the first time.
             ValueError: The options hold no workflow runner.
         """
+        if is_host_queue(config.get("task_queue") or ""):
+            return config  # a worker's own queue, made by ``run_worker`` with what it needs
         config = super().configure_worker(config)
         if config.get("max_heartbeat_throttle_interval") == _SDK_HEARTBEAT_THROTTLE:
             config["max_heartbeat_throttle_interval"] = HEARTBEAT_THROTTLE
@@ -224,16 +227,20 @@ class DurableAgentPlugin(SimplePlugin):
             OSError: As ``AgentActivities.connect``.
             asyncpg.PostgresError: As ``AgentActivities.connect``.
         """
+        if is_host_queue(worker.task_queue):
+            await next(worker)  # a worker's own queue (``hosting``), run inside its worker's run
+            return
         activities = self.agent_activities
         if self._workers == 0:
             await activities.connect()
         self._workers += 1
         try:
-            if self.config.metrics.bind is not None:
-                async with approvals_waiting_reporter(worker.client, task_queue=worker.task_queue):
+            async with hosting(worker, activities):
+                if self.config.metrics.bind is not None:
+                    async with approvals_waiting_reporter(worker.client, task_queue=worker.task_queue):
+                        await next(worker)
+                else:
                     await next(worker)
-            else:
-                await next(worker)
         finally:
             self._workers -= 1
             if self._workers == 0:

@@ -227,7 +227,12 @@ def metrics_runtime(bind: str) -> Runtime:
     """A Temporal ``Runtime`` whose Prometheus endpoint (``http://BIND/metrics``) serves the
     SDK's metrics and the agent's. Pass it to ``Client.connect(runtime=...)``: workers built
     from that client record there. ``ConfigError`` when ``bind`` cannot be listened on."""
-    buckets = {m.MODEL_CALL_DURATION.name: m.MODEL_CALL_BUCKETS, m.EXPORT_DURATION.name: m.EXPORT_BUCKETS}
+    buckets = {
+        m.MODEL_CALL_DURATION.name: m.MODEL_CALL_BUCKETS,
+        m.EXPORT_DURATION.name: m.EXPORT_BUCKETS,
+        # a restore takes what an export takes, up to a whole repository's objects
+        m.WORKSPACE_RESTORE_DURATION.name: m.EXPORT_BUCKETS,
+    }
     prometheus = PrometheusConfig(
         bind_address=prometheus_address(bind),
         durations_as_seconds=True,
@@ -296,6 +301,13 @@ class AgentMetrics:
     def compaction(self, model: str, outcome: str) -> None:
         if self.enabled:
             self._counter(m.COMPACTIONS).add(1, {"model": model, "outcome": outcome})
+
+    def workspace_restored(self, reason: str, size: int, seconds: float) -> None:
+        if self.enabled:
+            labels = {"reason": reason}
+            self._counter(m.WORKSPACE_RESTORES).add(1, labels)
+            self._counter(m.WORKSPACE_RESTORE_BYTES).add(size, labels)
+            self._histogram(m.WORKSPACE_RESTORE_DURATION).record(seconds, labels)
 
     def approvals_waiting(self, task_queue: str, count: int) -> None:
         if self.enabled:

@@ -48,6 +48,8 @@ FAILURE_TYPES = {
     "HISTORY_FULL": "HistoryLimit",
     "PAYLOAD_REFUSED": "PayloadRefused",
     "INVALID_RUN_INPUT": "InvalidRunInput",
+    "WORKSPACE_NOT_RESTORED": "WorkspaceNotRestored",
+    "WORKSPACE_NOT_RECORDED": "WorkspaceNotRecorded",
 }
 # The failure types of an export that fails its own validation: its ``core.export`` error's class
 # name, so no constant each (``failures.EXPORT_FAILURE_TYPES`` holds them with ``SinkError``).
@@ -299,6 +301,8 @@ INTERNAL_EXCEPTIONS = {
     "durable_agent.activities.mcp.session.ConnectFailed",  # becomes McpUnavailable
     "durable_agent.activities.tools.sandbox_limits.SandboxUnavailable",  # the bash call's output
     "durable_agent.conformance.checks.CheckSkipped",  # a check that does not apply: not an error
+    "durable_agent.cli.diff.DiffError",  # ``durable-agent diff``'s message and exit code
+    "durable_agent.activities.sink_gc.rules.GcError",  # ``durable-agent gc``'s message (exit 2)
 }
 
 

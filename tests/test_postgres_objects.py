@@ -27,7 +27,7 @@ from durable_agent.config import (
     WorkspaceCheckpointsConfig,
 )
 from durable_agent.conformance.sink_checks import sample_object
-from durable_agent.core.events import ToolEndEvent
+from durable_agent.core.events import RunStartEvent, ToolEndEvent
 from durable_agent.core.export import workspace_tree_of
 from durable_agent.worker import connect_storage
 from tests.helpers import running_worker, start
@@ -150,15 +150,20 @@ async def test_a_run_on_postgres_records_its_trees_and_rewind_and_resume_rebuild
     ]
     assert workspace_tree_of(last.source_run().events) == trees[2]
 
-    # the database holds the objects each boundary changed, no more
+    # the run's base, recorded at its start (its workspace follows it: docs/workspaces.md)
+    [start_event] = [r.event for r in last.source_run().events if isinstance(r.event, RunStartEvent)]
+    assert start_event.workspace is not None
+    base = start_event.workspace.tree
+    # the database holds the base's objects and those each boundary changed, no more
     shadow = WorkspaceTrees(config.workspace_checkpoints, {}).repo(ws)
     steps = [
-        set(shadow.objects_since(trees[0], None)),
+        set(shadow.objects_since(base, None)),
+        set(shadow.objects_since(trees[0], base)),
         set(shadow.objects_since(trees[1], trees[0])),
         set(shadow.objects_since(trees[2], trees[1])),
     ]
-    assert await held_objects(pg_dsn) == steps[0] | steps[1] | steps[2]
-    assert len(steps[2]) == 2  # a.txt and the root tree
+    assert await held_objects(pg_dsn) == set().union(*steps)
+    assert len(steps[3]) == 2  # a.txt and the root tree
 
     # resume on an empty folder with --restore-workspace, from the database alone
     empty = tmp_path / "empty"

@@ -143,6 +143,8 @@ PACKAGES = [
     "activities/tools",
     "activities/providers",
     "activities/mcp",
+    "activities/workspaces",
+    "activities/sink_gc",
 ]
 
 

@@ -21,7 +21,7 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.pg_sink import PostgresExportSink
 from durable_agent.activities.sink_files import read_export_file
 from durable_agent.activities.sink_gc import GcError, GcOptions, collect_sink
-from durable_agent.activities.sink_gc_refs import trees_needed
+from durable_agent.activities.sink_gc.refs import trees_needed
 from durable_agent.activities.sinks import FilesystemExportSink
 from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTrees, restore_tree
 from durable_agent.config import AgentConfig, parse_config

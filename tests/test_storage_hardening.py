@@ -17,7 +17,7 @@ from temporalio.client import Client
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.pg_sink import PostgresExportSink
 from durable_agent.activities.sink_files import ManifestError, read_export_file
-from durable_agent.activities.sinks import FilesystemExportSink
+from durable_agent.activities.sinks import OBJECTS_FOLDER, FilesystemExportSink
 from durable_agent.activities.store.filesystem import FilesystemSessionStore
 from durable_agent.activities.store.pg_schema import migrate
 from durable_agent.activities.store.session_store import NAME_MAX, safe_name
@@ -96,7 +96,8 @@ async def test_two_runs_whose_ids_differ_in_a_slash_both_export_and_read_back(
             export = read_export_file(folder / f"turn-{ref.turn:06d}-{digest}.json")
             assert export.descriptor.content_digest == ref.content_digest
             assert export.open().source_run().snapshot.session_id == key
-    folders = sorted(p.name for p in (tmp_path / "exports").iterdir())
+    # the sessions' folders, beside the workspace's objects (``~objects``, never a session's name)
+    folders = sorted(p.name for p in (tmp_path / "exports").iterdir() if p.name != OBJECTS_FOLDER)
     assert folders == sorted({safe_name("team/alpha"), "team_alpha"})
 
 

@@ -19,7 +19,7 @@ from durable_agent.activities.sinks import FilesystemExportSink, ObjectSink
 from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTrees, object_id, restore_tree
 from durable_agent.client import resume_run
 from durable_agent.config import WorkspaceCheckpointsConfig
-from durable_agent.core.events import ToolEndEvent
+from durable_agent.core.events import RunStartEvent, ToolEndEvent
 from durable_agent.core.export import workspace_tree_of
 from durable_agent.core.failures import failure_message
 from durable_agent.core.models import WorkspaceState
@@ -176,9 +176,13 @@ async def test_rewind_before_a_bash_command_and_resume_elsewhere(client: Client,
         (e.id, e.output[:200], e.workspace) for e in ends
     ]
 
-    # the sink grew by the objects each boundary changed, no more
+    # the sink grew by the base's objects (its workspace follows the run) and those each
+    # boundary changed, no more
+    [start_event] = [r.event for r in last.source_run().events if isinstance(r.event, RunStartEvent)]
+    assert start_event.workspace is not None
+    base = start_event.workspace.tree
     shadow = WorkspaceTrees(config.workspace_checkpoints, {}).repo(ws)
-    wanted = set(shadow.objects_since(trees[0], None))
+    wanted = set(shadow.objects_since(base, None)) | set(shadow.objects_since(trees[0], base))
     wanted |= set(shadow.objects_since(trees[1], trees[0])) | set(shadow.objects_since(trees[2], trees[1]))
     assert sink_objects(tmp_path / "exports") == wanted
     assert len(set(shadow.objects_since(trees[2], trees[1]))) == 2  # a.txt and the root tree

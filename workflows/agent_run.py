@@ -292,6 +292,7 @@ class AgentRun:
                 ),
                 now_ms(),
             )
+        await self._ending.workspace_change(state)
         state.finish(final, now_ms(), error)
         await self._log.finish(state)
         self._display.status(final)

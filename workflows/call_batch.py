@@ -163,6 +163,8 @@ class CallBatches:
             output.staged,
             output.images,
             workspace=output.workspace,
+            host=output.host,
+            restored=output.restored,
         )
         await self._log.boundary(state, at_ms)
 

@@ -139,6 +139,17 @@ class Cancellation:
             raise RunCancelled()
 
 
+def _routing(task_queue: str | None, schedule_to_start_seconds: float | None) -> dict[str, Any]:
+    """An ordinary activity's queue and its time to leave it; none named: the run's queue, with
+    no such timeout, as every activity had before (``ToolStep._on_host``)."""
+    if task_queue is None:
+        return {}
+    routing: dict[str, Any] = {"task_queue": task_queue}
+    if schedule_to_start_seconds is not None:
+        routing["schedule_to_start_timeout"] = timedelta(seconds=schedule_to_start_seconds)
+    return routing
+
+
 class CallRunner:
     """Runs activities by their declarations; a ``cancel`` interrupts the cancellable ones."""
 
@@ -154,12 +165,20 @@ class CallRunner:
         timeouts: Timeouts,
         cancellable: bool = True,
         local: bool = False,
+        task_queue: str | None = None,
+        schedule_to_start_seconds: float | None = None,
+        max_attempts: int | None = None,
     ) -> OutT:
         """Run ``decl`` with ``arg`` under the options ``timeouts`` give it.
 
         ``local``: as a local activity, on this worker within the workflow task (no
         heartbeat: a worker that dies in it times the workflow task out, and another
         worker runs it again).
+
+        ``task_queue``: on that queue rather than the run's (an ordinary activity: a run's host's
+        own queue), which it must leave for a worker within ``schedule_to_start_seconds`` (then it
+        fails with a ``SCHEDULE_TO_START`` timeout, which Temporal does not retry).
+        ``max_attempts``: at most this many attempts, whatever ``timeouts`` say.
 
         ``cancellable``: the run's cancel stops the activity (Temporal waits for
         it to acknowledge), and the cancel flag is checked after the activity
@@ -180,7 +199,17 @@ class CallRunner:
                 raise
             except FailureError as exc:  # a local activity's, bare
                 raise as_activity_error(decl.name, exc) from exc
-        handle = self._start(decl, arg, summary, timeouts, local, kind.WAIT_CANCELLATION_COMPLETED)
+        handle = self._start(
+            decl,
+            arg,
+            summary,
+            timeouts,
+            local,
+            kind.WAIT_CANCELLATION_COMPLETED,
+            task_queue=task_queue,
+            schedule_to_start_seconds=schedule_to_start_seconds,
+            max_attempts=max_attempts,
+        )
         cancellation = self._cancellation
         try:
             await workflow.wait_condition(lambda: handle.done() or cancellation.requested)
@@ -211,6 +240,10 @@ class CallRunner:
         timeouts: Timeouts,
         local: bool,
         cancellation_type: workflow.ActivityCancellationType,
+        *,
+        task_queue: str | None = None,
+        schedule_to_start_seconds: float | None = None,
+        max_attempts: int | None = None,
     ) -> workflow.ActivityHandle[OutT]:
         """Start ``decl`` (as a local activity with ``local``) with the options ``timeouts``
         give it: the one place they become Temporal's timeouts and retry policy."""
@@ -223,7 +256,7 @@ class CallRunner:
                 if options.maximum_interval_seconds is not None
                 else None
             ),
-            maximum_attempts=options.maximum_attempts,
+            maximum_attempts=max_attempts or options.maximum_attempts,
         )
         heartbeat = options.heartbeat_seconds
         # the same options either way; a local activity takes no heartbeat timeout
@@ -233,6 +266,7 @@ class CallRunner:
             else partial(
                 workflow.start_activity,
                 heartbeat_timeout=timedelta(seconds=heartbeat) if heartbeat is not None else None,
+                **_routing(task_queue, schedule_to_start_seconds),
             )
         )
         handle = start(

@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.errors import validation_message
     from durable_agent.core.failures import failure_message
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import ToolUseBlock
+    from durable_agent.core.models import ToolUseBlock, WorkspaceState
     from durable_agent.core.output_schema import FINAL_RESULT_TOOL
     from durable_agent.core.run_api import WORKFLOW_TYPE, AgentRunInput, AgentRunResult
     from durable_agent.core.subagents import (
@@ -218,14 +218,16 @@ class SubagentRunner:
         child = child.model_copy(update={"run_id": handle.first_execution_run_id})
         state.record_subagent(child, now_ms())
         self._display.details(f"subagent `{workflow_id}` started: {args.description}", state)
-        ended, answer = await self._end(state, child, handle)
+        ended, answer, final = await self._end(state, child, handle)
         text, is_error = task_answer(ended, answer, self._limit(state))
-        return ToolOutput(content=text, is_error=is_error)
+        # the files as the child left them: the parent's workspace from now on (docs/workspaces.md)
+        return ToolOutput(content=text, is_error=is_error, workspace=final)
 
     async def _end(
         self, state: LoopState, child: ChildRun, handle: workflow.ChildWorkflowHandle[Any, AgentRunResult]
-    ) -> tuple[ChildRun, str]:
-        """The child as it ended, its end recorded, and its final answer ("" when it has none).
+    ) -> tuple[ChildRun, str, WorkspaceState | None]:
+        """The child as it ended, its end recorded, its final answer ("" when it has none), and
+        the tree its workspace ended at (None: it recorded none, or gave no result).
         A cancel of the parent cancels the child and waits for it to end, then stops the parent."""
         cancellation = self._cancellation
         try:
@@ -245,7 +247,7 @@ class SubagentRunner:
             )
             status = "cancelled" if cancelled else "failed"
             ended = child.model_copy(update={"status": status, "error": failure_message(exc)})
-            answer = ""
+            answer, final = "", None
         else:
             last = result.exports[-1].content_digest if result.exports else None
             ended = child.model_copy(
@@ -259,9 +261,11 @@ class SubagentRunner:
                 }
             )
             answer = result.text
+            change = result.workspace
+            final = WorkspaceState(tree=change.final) if change is not None and change.final else None
         state.record_subagent(ended, now_ms())
         cancellation.check()
-        return ended, answer
+        return ended, answer, final
 
     @staticmethod
     def _limit(state: LoopState) -> int:

@@ -1,5 +1,5 @@
-"""How an ``AgentRun`` closes once its end is recorded: the updates in flight answered, and a
-cancelled run in Temporal's Canceled state.
+"""How an ``AgentRun`` closes: its change set made before its end is recorded; once it is, the
+updates in flight answered, and a cancelled run in Temporal's Canceled state.
 
 Temporal closes a workflow Canceled only after a cancel request, and refuses one a workflow
 aims at itself; a run that the ``cancel`` signal stopped asks for one through an activity
@@ -16,7 +16,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.core.activity_api import REQUEST_CANCEL, RequestCancelInput
+    from durable_agent.core.activity_api import (
+        REQUEST_CANCEL,
+        WORKSPACE_CHANGE,
+        RequestCancelInput,
+        WorkspaceChangeInput,
+    )
+    from durable_agent.core.loop import LoopState
     from durable_agent.core.plan import Timeouts
 
 from durable_agent.workflows.calls import CallRunner, Cancellation
@@ -40,6 +46,29 @@ class Ending:
         await self._handlers_finished()
         if cancelled and workflow.patched(PATCH_CANCELED_STATE) and await self._cancel_requested(timeouts):
             raise CancelledError(error or "cancelled")
+
+    async def workspace_change(self, state: LoopState) -> None:
+        """A run whose workspace follows it: its change set for its result (its base and final
+        trees and their diff, bounded), made by a local activity before its end is recorded. A
+        run that does not follow gives its trees alone (``RunWorkspace.change``)."""
+        ws = state.workspace
+        if not ws.follows or ws.tree is None:
+            return
+        try:
+            change = await self._calls.run(
+                WORKSPACE_CHANGE,
+                WorkspaceChangeInput(
+                    workspace=state.plan.workspace, sink=state.plan.export_sink, base=ws.base, final=ws.tree
+                ),
+                summary="the run's change set",
+                timeouts=state.plan.timeouts,
+                cancellable=False,
+                local=True,
+            )
+        except ActivityError as exc:  # the result goes out with the trees alone
+            workflow.logger.warning("the run's diff was not made: %s", exc)
+            return
+        state.record_workspace_change(change)
 
     async def _handlers_finished(self) -> None:
         """A cancel request that comes meanwhile is noted, not lost."""

@@ -242,6 +242,9 @@ class Starter:
         if run_input.force_resume or facts.get("workspace_tree") is None:
             # the workspace is compared with the checkpoint's files only when it recorded them
             facts.pop("workspace_tree", None)
+        elif run_input.rewind is not None:
+            # a rewound run asked for those files: a worker whose copy follows it restores them
+            facts["restore_workspace"] = True
         if bound is not None and bound.tools and not run_input.force_resume:
             # the checkpoint's tools, not those added since (a forced resume takes this worker's)
             facts["resume_tools"] = bound.tools

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 from durable_agent.workflows.approval_book import ApprovalBook, summarize_arguments
 
@@ -35,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.permissions import COMMAND_TOOLS, Decision
     from durable_agent.core.run_api import AWAITING_APPROVAL, EXECUTING, ApprovalDecision, PendingApproval
     from durable_agent.core.run_log import STAGE_MIN_BYTES
+    from durable_agent.core.run_workspace import host_queue
     from durable_agent.core.subagents import TASK
     from durable_agent.core.tool_specs import ToolCallError, ToolOffer, find_offer, permission_targets
 
@@ -50,6 +52,15 @@ from durable_agent.workflows.workflow_metrics import (
     tool_call_refused,
 )
 from durable_agent.workflows.workflow_tools import answer_in_workflow
+
+
+def host_unavailable(exc: ActivityError) -> bool:
+    """Whether a call sent to a run's host failed for the host, not for the call: a timeout, or
+    a failure Temporal would have tried again (``_on_host``)."""
+    cause = exc.cause
+    if isinstance(cause, ActivityTimeout):
+        return True
+    return isinstance(cause, ApplicationError) and not cause.non_retryable
 
 
 def call_summary(call: ToolUseBlock, target: str | None) -> str:
@@ -203,6 +214,9 @@ class ToolStep:
             sink=plan.export_sink,  # where the workspace's tree goes (activities/workspace_tree.py)
             # a quick tool's call runs as a local activity (see ``ToolCallInput.recorded_after``)
             recorded_after=state.journal.stored if find_offer(plan.tools, call.name).local else None,
+            # a run whose workspace follows it: the tree the call's worker restores its copy to first
+            expect_tree=state.workspace.tree if state.workspace.follows else None,
+            host=state.workspace.host if state.workspace.follows else None,
         )
         output = await self._call_tool(state, call, inline, summary)
         if output.permission == "ask" and output.resolved_target is not None:
@@ -243,7 +257,7 @@ class ToolStep:
     ) -> ToolOutput:
         """Run the tool call; with ``inline``, again with it should the staged arguments be missing."""
         try:
-            return await self._calls.run(
+            output = await self._calls.run(
                 TOOL_CALL,
                 inp,
                 summary=summary,
@@ -253,7 +267,40 @@ class ToolStep:
         except ActivityError as exc:
             if inline is None or not missing_state(exc)[0]:
                 raise
-        return await self._run_tool(state, inline, summary)
+            return await self._run_tool(state, inline, summary)
+        if output.elsewhere:
+            return await self._on_host(state, inp, summary)
+        return output
+
+    async def _on_host(self, state: LoopState, inp: ToolCallInput, summary: str) -> ToolOutput:
+        """A call whose worker does not hold the run's workspace: to the host's own task queue,
+        once, and when the host does not take it within ``host_wait_seconds`` or does not
+        finish it (gone, or stopped: its last polls still take tasks it never runs, which only
+        the heartbeat timeout notices), to any worker, which restores its copy and becomes the
+        run's host (docs/workspaces.md). A failure the tool itself declared final stays final."""
+        plan = state.plan
+        assert inp.host is not None
+        ordinary = inp.model_copy(update={"recorded_after": None})
+        try:
+            return await self._calls.run(
+                TOOL_CALL,
+                ordinary,
+                summary=summary,
+                timeouts=plan.timeouts,
+                task_queue=host_queue(workflow.info().task_queue, inp.host),
+                schedule_to_start_seconds=plan.host_wait_seconds,
+                max_attempts=1,  # its retries are the other workers' to make
+            )
+        except ActivityError as exc:
+            if not host_unavailable(exc):
+                raise
+        self._display.details(f"worker {inp.host} did not take `{summary}`: another takes over", state)
+        return await self._calls.run(
+            TOOL_CALL,
+            ordinary.model_copy(update={"take_over": True}),
+            summary=summary,
+            timeouts=plan.timeouts,
+        )
 
     # --- a person's decision ---------------------------------------------------------
 

@@ -24,7 +24,7 @@ from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.export import SessionCheckpointExportV1
 
 
-class DiffError(DurableAgentError):
+class DiffError(Exception):
     """The run's change cannot be shown (the message says why); ``code`` is the exit code."""
 
     def __init__(self, message: str, code: int = 2) -> None:

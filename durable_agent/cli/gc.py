@@ -1,5 +1,5 @@
 """``durable-agent gc``: remove a sink's exports older than its ``retain_days``, and the parts and
-workspace objects only they needed (``activities/sink_gc.py`` has the rules).
+workspace objects only they needed (``activities/sink_gc/`` has the rules).
 
 It reads the sinks of the worker's config (``AGENT_CONFIG``) and collects them from this machine:
 a filesystem sink's folder must be here, a PostgreSQL sink is reached with the DSN in the
@@ -70,6 +70,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     Returns:
         0; 1 when a sink could not be collected; 2 for a config or sink name that does not fit.
     """
+    from durable_agent.activities.sink_gc import GcError
+
     try:
         chosen = _chosen(load_config(), args.sink, args.retain_days)
     except ConfigError as exc:
@@ -80,7 +82,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     for name, config, retain in chosen:
         try:
             report = asyncio.run(_collect(name, config, retain, args.dry_run))
-        except (DurableAgentError, OSError) as exc:  # a database that refused, a folder not readable
+        # a database that refused, a folder not readable, a sink of a kind gc cannot collect
+        except (DurableAgentError, OSError, GcError) as exc:
             failed += 1
             err(f"gc: sink {name!r}: {one_line(exc)}")
             continue

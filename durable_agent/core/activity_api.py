@@ -25,6 +25,8 @@ from durable_agent.core.models import (
     TokenUsage,
     ToolDefinition,
     ToolUseBlock,
+    WorkspaceChange,
+    WorkspaceRestore,
     WorkspaceState,
 )
 from durable_agent.core.permissions import PermissionPolicy
@@ -48,6 +50,9 @@ class ResolveInput(Frozen):
     # A resumed run's checkpoint recorded the workspace as this git tree: the run is refused
     # where the workspace's files differ (None: no tree, or a resume with ``force_resume``).
     workspace_tree: str | None = None
+    # A rewound run whose workspace follows it: the worker makes its copy hold ``workspace_tree``
+    # (the run asked for those files) instead of refusing a copy that differs.
+    restore_workspace: bool = False
     # A resumed run's tools, as its checkpoint bound them: it is offered those of them this
     # worker has, so a release that adds tools still resumes the exports made before it.
     resume_tools: tuple[str, ...] | None = None
@@ -99,6 +104,14 @@ class ToolCallInput(Frozen):
     # the boundary its lost attempt already exported; the call then returns the output recorded
     # there, so the boundary is exported once, with the same bytes (``recorded_output``).
     recorded_after: LogRef | None = None
+    # A run whose workspace follows it (docs/workspaces.md): the tree the workspace must be at
+    # when the call starts, which the worker restores its copy to first (None: not followed).
+    expect_tree: str | None = None
+    # The run's host, the worker whose copy is at ``expect_tree`` (None: none yet). Another
+    # worker whose copy is not there answers ``elsewhere`` instead of restoring it...
+    host: str | None = None
+    # ...unless the host did not take the call in time: then any worker restores and runs it.
+    take_over: bool = False
 
 
 class ToolOutput(Frozen):
@@ -120,6 +133,13 @@ class ToolOutput(Frozen):
     # The workspace after the call (a tool that may change files, on a worker that records it),
     # its objects already in the run's sink; the workflow puts it in the call's ``tool_end`` event.
     workspace: WorkspaceState | None = None
+    # The worker that ran the call with the run's workspace at ``expect_tree``: the run's host.
+    host: str | None = None
+    # It restored its copy to ``expect_tree`` first (the run moved there, or its copy diverged).
+    restored: WorkspaceRestore | None = None
+    # The call did not run: this worker's copy is not at ``expect_tree`` and the run's host is
+    # another worker, to which the workflow sends the call (``content`` says so).
+    elsewhere: bool = False
 
 
 class ModelStepInput(Frozen):
@@ -442,6 +462,25 @@ RESTORE_WORKSPACE = ActivityDecl[RestoreWorkspaceInput, WorkspaceRestored](
     _heartbeating(lambda t: t.tool_seconds, lambda _: 3),
 )
 
+
+class WorkspaceChangeInput(Frozen):
+    """What a run did to its workspace, for its result: the diff from ``base`` to ``final``,
+    read from the run's sink where the worker's shadow lacks their objects."""
+
+    workspace: str
+    sink: str
+    base: str | None = None
+    final: str | None = None
+
+
+# At the end of a run whose workspace follows it, before its log is finished (local).
+WORKSPACE_CHANGE = ActivityDecl[WorkspaceChangeInput, WorkspaceChange](
+    "agent.workspace_change",
+    WorkspaceChangeInput,
+    WorkspaceChange,
+    _checkpoint(lambda t: t.checkpoint_max_attempts),
+)
+
 # Only runs started before linear history load their session (``durable_agent.core.legacy_shapes``).
 LOAD_SESSION = ActivityDecl[LoadSessionInput, SessionRuns](
     "agent.load_session", LoadSessionInput, SessionRuns, _checkpoint(lambda _: 3)
@@ -462,6 +501,7 @@ ACTIVITIES: tuple[ActivityDecl[Any, Any], ...] = (
     REQUEST_CANCEL,
     HOOK,
     RESTORE_WORKSPACE,
+    WORKSPACE_CHANGE,
 )
 
 

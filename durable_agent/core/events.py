@@ -19,6 +19,7 @@ from durable_agent.core.models import (
     Sparse,
     TokenUsage,
     ToolCallBase,
+    WorkspaceRestore,
     WorkspaceState,
 )
 
@@ -32,8 +33,11 @@ class RunStartEvent(Sparse):
     # The project instruction files in the run's system prompt. Left out of the JSON when there
     # are none, so that the events of a run without them keep the bytes they had before.
     instruction_files: tuple[InstructionFile, ...] = ()
+    # The workspace's tree when the run started (its base), for a run whose workspace follows
+    # it (docs/workspaces.md). Left out of the JSON when None, as for runs before it.
+    workspace: WorkspaceState | None = None
 
-    left_out_at_default = ("instruction_files",)
+    left_out_at_default = ("instruction_files", "workspace")
 
 
 class TextDeltaEvent(Frozen):
@@ -289,6 +293,28 @@ class RewindEvent(Frozen):
     tree: str | None = None
 
 
+class WorkspaceRestoredEvent(Frozen):
+    """A worker made its copy of the run's workspace equal to the tree the run expected before
+    it ran call ``id`` (``WorkspaceRestore``: the run moved to that machine, or its copy there
+    had diverged; docs/workspaces.md). Recorded just before the call's ``tool_end``."""
+
+    type: Literal["workspace_restored"] = "workspace_restored"
+    id: str  # the call whose activity restored it
+    name: str  # that call's tool
+    tree: str
+    host: str
+    from_host: str | None = None
+    objects: int = 0
+    bytes: int = 0
+    duration_ms: int = 0
+    reason: Literal["moved", "diverged"]
+    replaced: str | None = None
+
+    @classmethod
+    def of(cls, id: str, name: str, restore: WorkspaceRestore) -> WorkspaceRestoredEvent:
+        return cls(id=id, name=name, **restore.model_dump())
+
+
 class ErrorEvent(Frozen):
     type: Literal["error"] = "error"
     message: str
@@ -326,7 +352,8 @@ AgentEvent = Annotated[
     | FinalResultEvent
     | SubagentStartEvent
     | SubagentEndEvent
-    | RewindEvent,
+    | RewindEvent
+    | WorkspaceRestoredEvent,
     Field(discriminator="type"),
 ]
 

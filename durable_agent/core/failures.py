@@ -41,6 +41,12 @@ INVALID_LOG_ENTRY: Final = "InvalidLogEntry"
 # The export and checkpoint activities: the sink did not take the export (its first detail is
 # the export's content digest); retried when the sink says it may be.
 SINK_ERROR: Final = "SinkError"
+# agent.tool_call, agent.resolve_run, of a run whose workspace follows it (docs/workspaces.md):
+# the copy could not be made the run's tree (objects the sink lacks, a sink that is down, git
+# failed), or the tree a call left could not be recorded and its objects put in the sink; retried
+# (a retry of the call starts again from the tree before it, on whatever worker runs it).
+WORKSPACE_NOT_RESTORED: Final = "WorkspaceNotRestored"
+WORKSPACE_NOT_RECORDED: Final = "WorkspaceNotRecorded"
 # The failure types of a checkpoint's export half: the save before it was done. The sink's, and
 # the names of the ``core.export`` errors: an export that fails its own validation is typed by
 # its error's class name (not retried); nothing reads one of them alone, so none has a constant.

@@ -35,6 +35,7 @@ from durable_agent.core.events import (
     ToolEndEvent,
     UserMessageEvent,
     UserMessageKind,
+    WorkspaceRestoredEvent,
 )
 from durable_agent.core.export import LoopCheckpoint, RunStatus
 from durable_agent.core.journal import RunJournal
@@ -46,6 +47,8 @@ from durable_agent.core.models import (
     TokenUsage,
     ToolResultBlock,
     ToolUseBlock,
+    WorkspaceChange,
+    WorkspaceRestore,
     WorkspaceState,
     usage_cost_usd,
 )
@@ -61,6 +64,7 @@ from durable_agent.core.run_api import (
     RunStatusView,
 )
 from durable_agent.core.run_log import ExportFacts, LogEntry, LogRef, ends_in_results, unanswered_calls
+from durable_agent.core.run_workspace import RunWorkspace
 from durable_agent.core.subagents import ChildRun, SubagentOrigin, child_event, with_child
 
 
@@ -114,9 +118,11 @@ class LoopState:
             model=plan.model,
             resumed_from=lineage,
             instruction_files=plan.instruction_files,
+            workspace=plan.workspace_base,
         )
         self.journal.emit(event, now_ms)
         self.journal.start_context(point.context if point is not None else context, now_ms)
+        self.workspace = RunWorkspace.started(plan.workspace_base, plan.workspace_host)
 
     def _counters(self, plan: RunPlan) -> None:
         self.plan = plan
@@ -141,6 +147,9 @@ class LoopState:
         # the subagents the run started (``task``), in the order they started; their usage
         # counts against this run's budgets once they end
         self.children: tuple[ChildRun, ...] = ()
+        # the tree the run's workspace is at, and the worker that holds it (``core/run_workspace.py``)
+        self.workspace = RunWorkspace()
+        self._workspace_change: WorkspaceChange | None = None  # with its diff, at the run's end
 
     # --- a model's and a tool's answers --------------------------------------------
 
@@ -177,6 +186,8 @@ class LoopState:
         staged: bool = False,
         images: tuple[ImageBlock, ...] = (),
         workspace: WorkspaceState | None = None,
+        host: str | None = None,
+        restored: WorkspaceRestore | None = None,
     ) -> None:
         """Record a finished tool call: its ``tool_end`` event and its tool-result block.
 
@@ -185,10 +196,15 @@ class LoopState:
         ``staged``: the tool activity kept the output in the store, so the next
         save can name it by digest. ``images``: what the tool returned besides its text, as
         references (their data is in the store). ``workspace``: the workspace's tree after the
-        call, when the tool activity recorded it (it goes in the ``tool_end`` event).
+        call, when the tool activity recorded it (it goes in the ``tool_end`` event). ``host``:
+        the worker that held the run's workspace for the call; ``restored``: it restored its
+        copy first (a ``workspace_restored`` event before the ``tool_end``).
         """
         self._due_calls = [c for c in self._due_calls if c.id != call.id]
+        if restored is not None:
+            self.journal.emit(WorkspaceRestoredEvent.of(call.id, call.name, restored), now_ms)
         self.journal.emit(ToolEndEvent.of(call.id, call.name, output, is_error, workspace), now_ms)
+        self.workspace = self.workspace.after(workspace, host)
         images = tuple(i.reference() for i in images)
         block = ToolResultBlock(tool_use_id=call.id, content=output, is_error=is_error, images=images)
         self.journal.add_user_block(block, join=self.open_results, staged=staged)
@@ -318,6 +334,8 @@ class LoopState:
         state._queued = list(carried.queued)
         state.todos = carried.todos
         state.children = carried.children
+        if carried.workspace is not None:
+            state.workspace = carried.workspace
         state._last_role = "user" if carried.open_results else "assistant"
         return state
 
@@ -338,6 +356,7 @@ class LoopState:
             step_message=self.step_message,
             todos=self.todos,
             children=self.children,
+            workspace=self.workspace,
         )
 
     def finish(self, status: FinalStatus, now_ms: int, error: str | None = None) -> None:
@@ -412,7 +431,12 @@ class LoopState:
             output=self.output if self.final_status == "completed" else None,
             # a child's cost, which its parent counts against its budget (its children's with it)
             cost_usd=self._cost_with_children() if self._parent else None,
+            workspace=self._workspace_change or self.workspace.change(),
         )
+
+    def record_workspace_change(self, change: WorkspaceChange) -> None:
+        """The run's change set, with its diff (``agent.workspace_change``), for its result."""
+        self._workspace_change = change
 
     @property
     def _parent(self) -> SubagentOrigin | None:

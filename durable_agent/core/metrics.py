@@ -154,6 +154,30 @@ COMPACTIONS = Metric(
     "Summaries of older turns written to fit the model's window, outcome ok or error",
     "activity",
 )
+WORKSPACE_RESTORES = Metric(
+    "durable_agent_workspace_restores",
+    "counter",
+    "{restore}",
+    ("reason",),
+    "Copies of a run's workspace restored to its tree before a call, reason moved or diverged",
+    "activity",
+)
+WORKSPACE_RESTORE_BYTES = Metric(
+    "durable_agent_workspace_restore_bytes",
+    "counter",
+    "By",
+    ("reason",),
+    "Bytes of git objects the restores fetched from the sinks (as the sinks hold them)",
+    "activity",
+)
+WORKSPACE_RESTORE_DURATION = Metric(
+    "durable_agent_workspace_restore_duration_seconds",
+    "histogram",
+    "s",
+    ("reason",),
+    "How long a restore of a run's workspace took, its objects fetched and its files written",
+    "activity",
+)
 
 METRICS = (
     MODEL_CALLS,
@@ -166,6 +190,9 @@ METRICS = (
     EXPORT_DURATION,
     EXPORT_FAILURES,
     COMPACTIONS,
+    WORKSPACE_RESTORES,
+    WORKSPACE_RESTORE_BYTES,
+    WORKSPACE_RESTORE_DURATION,
 )
 
 # Histogram buckets, in seconds: a model call takes seconds to minutes, an export milliseconds.

@@ -315,6 +315,60 @@ class WorkspaceState(Sparse):
     left_out_at_default = ("left_out",)
 
 
+class WorkspaceRestore(Frozen):
+    """A worker made its copy of a run's workspace equal to the tree the run expected, before a
+    call (``activities/workspaces/copies.py``).
+
+    Attributes:
+        tree: The tree restored.
+        host: The worker that restored it, the run's host from then on.
+        from_host: The run's host before (None: none yet).
+        objects: The objects fetched from the run's sink.
+        bytes: Their size, as the sink holds them (compressed).
+        duration_ms: How long the restore took.
+        reason: ``moved`` (the run's host was another worker), ``diverged`` (this worker's copy
+            was not at the tree: a call cut short, a change from outside).
+        replaced: The tree of the files the restore replaced, kept in that machine's shadow
+            repository (None: the files were the tree's already, only the mark was missing).
+    """
+
+    tree: str
+    host: str
+    from_host: str | None = None
+    objects: int = 0
+    bytes: int = 0
+    duration_ms: int = 0
+    reason: Literal["moved", "diverged"]
+    replaced: str | None = None
+
+
+class WorkspaceChange(Sparse):
+    """What a run did to its workspace: the tree it started from, the tree it ended at, and the
+    unified diff between them (``durable-agent diff`` gives it whole, from the sink).
+
+    Attributes:
+        base: The workspace's tree when the run started (None: not recorded).
+        final: Its tree when the run ended (None: not recorded).
+        diff: The unified diff from ``base`` to ``final``, at most ``DIFF_SHOWN_BYTES`` of it.
+        diff_bytes: The whole diff's size in bytes.
+        truncated: Whether ``diff`` is cut short.
+        files: The paths that differ (at most ``DIFF_SHOWN_FILES``).
+    """
+
+    base: str | None = None
+    final: str | None = None
+    diff: str = ""
+    diff_bytes: int = 0
+    truncated: bool = False
+    files: tuple[str, ...] = ()
+
+    left_out_at_default = ("truncated", "files")
+
+
+DIFF_SHOWN_BYTES = 64 * 1024  # the most of a run's diff its result holds
+DIFF_SHOWN_FILES = 1000  # the most paths a ``WorkspaceChange`` names
+
+
 class ContextView(Frozen):
     """What of the conversation the model sees; the full transcript stays in the log.
 

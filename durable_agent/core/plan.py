@@ -14,7 +14,13 @@ from durable_agent.core.capability_binding import CapabilityBinding
 from durable_agent.core.context import ContextPolicy
 from durable_agent.core.export import ResumedFrom
 from durable_agent.core.hooks import HooksConfig
-from durable_agent.core.models import Frozen, InstructionFile, ToolDefinition, ToolsUnavailable
+from durable_agent.core.models import (
+    Frozen,
+    InstructionFile,
+    ToolDefinition,
+    ToolsUnavailable,
+    WorkspaceState,
+)
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.subagents import SubagentPlan
 from durable_agent.core.tool_specs import ToolOffer
@@ -152,6 +158,13 @@ class RunPlan(Frozen):
     # Subagents (``durable_agent.core.subagents``): the run's depth, its bounds and the agent types
     # a ``task`` call may start; None: a worker without ``[agents]`` enabled, and a plan from before.
     subagents: SubagentPlan | None = None
+    # A run whose workspace follows it (docs/workspaces.md): the workspace's tree when the run
+    # started, recorded by the worker that resolved it, its first host (``workspace_host``);
+    # None: not followed (a worker without ``[workspaces] follow``, a child run, a plan from before).
+    workspace_base: WorkspaceState | None = None
+    workspace_host: str | None = None
+    # how long a call waits on its host's own task queue before any worker takes the run over
+    host_wait_seconds: float = 5.0
 
     def definitions(self) -> list[ToolDefinition]:
         return [t.definition for t in self.tools]

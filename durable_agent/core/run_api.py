@@ -43,11 +43,13 @@ from durable_agent.core.models import (
     Sparse,
     TokenUsage,
     ToolUseBlock,
+    WorkspaceChange,
 )
 from durable_agent.core.output_schema import check_output_schema
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_log import ExportSeed, LogRef
+from durable_agent.core.run_workspace import RunWorkspace
 from durable_agent.core.subagents import ChildRun, SubagentOrigin
 
 WORKFLOW_TYPE = "AgentRun"
@@ -399,8 +401,11 @@ class AgentRunResult(Sparse):
     # A subagent's cost at its model's prices, for its parent's budget (None, left out of the
     # JSON: a run a host started, or a model without prices).
     cost_usd: float | None = None
+    # What the run did to its workspace: its base and final trees and their diff, bounded
+    # (docs/workspaces.md); None (left out of the JSON): no tree recorded.
+    workspace: WorkspaceChange | None = None
 
-    left_out_at_default = ("output", "cost_usd")
+    left_out_at_default = ("output", "cost_usd", "workspace")
 
 
 class CarriedState(Frozen):
@@ -435,6 +440,7 @@ class CarriedState(Frozen):
     context: ContextLedger | None = None  # the context ledger (None: context not managed)
     todos: tuple[TodoItem, ...] = ()  # the plan the model wrote last (``todo_write``)
     children: tuple[ChildRun, ...] = ()  # the subagents the run started (``core/subagents.py``)
+    workspace: RunWorkspace | None = None  # the workspace's tree and host (``core/run_workspace.py``)
     # Carried whole by runs recorded before linear history; replayed, never written.
     messages: tuple[Message, ...] = ()
     prior_runs: tuple[RunRecord, ...] = ()

@@ -1,4 +1,4 @@
-"""Collecting the PostgreSQL sink (``sink_gc.py`` has the rules): its runs one transaction each,
+"""Collecting the PostgreSQL sink (``sink_gc/rules.py`` has the rules): its runs one transaction each,
 then its objects.
 
 A run is collected under the advisory lock its deliveries take (``PostgresExportSink.deliver_parts``):
@@ -20,14 +20,14 @@ from typing import Any
 
 from durable_agent.activities.pg_sink import PostgresExportSink
 from durable_agent.activities.sink_files import PartReader
-from durable_agent.activities.sink_gc import GcOptions, GcReport, Tally
-from durable_agent.activities.sink_gc_refs import kept_exports, stored_export
+from durable_agent.activities.sink_gc.refs import kept_exports, stored_export
+from durable_agent.activities.sink_gc.rules import GcOptions, GcReport, Tally
 
 _ID_BATCH = 5000  # ids one DELETE names
 
 
 async def collect_postgres(sink: PostgresExportSink, options: GcOptions) -> GcReport:
-    """Collect a PostgreSQL sink (see the module's docstring and ``sink_gc.py``).
+    """Collect a PostgreSQL sink (see the module's docstring and ``sink_gc/rules.py``).
 
     Args:
         sink: The sink (its ``name`` keeps its rows apart; its pool is opened here).

@@ -1,4 +1,4 @@
-"""Collecting the filesystem sink (``sink_gc.py`` has the rules): run folders one at a time, then
+"""Collecting the filesystem sink (``sink_gc/rules.py`` has the rules): run folders one at a time, then
 the objects under ``~objects/``.
 
 A worker may write while this runs. Exports and parts written after the run folder was listed
@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 
 from durable_agent.activities.sink_files import PARTS, PartReader, folder_reader
-from durable_agent.activities.sink_gc import GcOptions, GcReport, Tally
-from durable_agent.activities.sink_gc_refs import StoredExport, kept_exports, stored_export
+from durable_agent.activities.sink_gc.refs import StoredExport, kept_exports, stored_export
+from durable_agent.activities.sink_gc.rules import GcOptions, GcReport, Tally
 from durable_agent.activities.sink_manifest import ManifestError, part_name
 from durable_agent.activities.sinks import OBJECTS_FOLDER, FilesystemExportSink
 
@@ -160,7 +160,7 @@ def _read(path: Path) -> StoredExport:
 
 
 async def collect_filesystem(name: str, sink: FilesystemExportSink, options: GcOptions) -> GcReport:
-    """Collect a filesystem sink (see the module's docstring and ``sink_gc.py``).
+    """Collect a filesystem sink (see the module's docstring and ``sink_gc/rules.py``).
 
     Args:
         name: The sink's name in the config (for the report).

@@ -1,4 +1,4 @@
-"""What an export in a sink needs, for ``durable-agent gc`` (``sink_gc.py``): its time, the trees
+"""What an export in a sink needs, for ``durable-agent gc`` (``sink_gc/rules.py``): its time, the trees
 its run's events make it need, the parts of its chain, and the objects those trees reach.
 
 Read from the stored JSON (a manifest with its parts, or a whole document), not through the

@@ -1,6 +1,7 @@
 """Collecting an export sink (``durable-agent gc``): its options, its report, and the steps both
-sinks share. What an export needs is read in ``sink_gc_refs.py``; the filesystem sink's side is
-``sink_gc_fs.py``, PostgreSQL's ``sink_gc_pg.py``; ``collect_sink`` picks one.
+sinks share. What an export needs is read in ``sink_gc/refs.py``; the filesystem sink's side is
+``sink_gc/filesystem.py``, PostgreSQL's ``sink_gc/postgres.py``; ``collect_sink`` (the
+package's) picks one.
 
 The rules (docs/exports.md, "Collecting old exports"):
 
@@ -27,13 +28,11 @@ from typing import Any, Final, Literal
 from pydantic import Field
 
 from durable_agent.activities.sink_files import PartReader
-from durable_agent.activities.sink_gc_refs import StoredExport, TreeWalk, export_needs, walk_trees
+from durable_agent.activities.sink_gc.refs import StoredExport, TreeWalk, export_needs, walk_trees
 from durable_agent.activities.sink_manifest import ManifestError
-from durable_agent.activities.sinks import ExportSink, FilesystemExportSink
-from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.models import Frozen
 
-__all__ = ["DEFAULT_GRACE_SECONDS", "GcError", "GcOptions", "GcReport", "Tally", "collect_sink"]
+__all__ = ["DEFAULT_GRACE_SECONDS", "GcError", "GcOptions", "GcReport", "Tally"]
 
 DAY_MS: Final = 86_400_000
 # Longer than any boundary takes from putting its objects (or finding them there) to the export
@@ -41,7 +40,7 @@ DAY_MS: Final = 86_400_000
 DEFAULT_GRACE_SECONDS: Final = 3600.0
 
 
-class GcError(DurableAgentError, ValueError):
+class GcError(ValueError):
     """A sink that cannot be collected (its kind, its name), or options that do not fit."""
 
 
@@ -200,33 +199,3 @@ class Tally:
             problems=tuple(self.problems),
             **self.counts,
         )
-
-
-async def collect_sink(name: str, sink: ExportSink, options: GcOptions) -> GcReport:
-    """Collect ``sink`` (see the module's docstring).
-
-    Args:
-        name: The sink's name in the config (for the report).
-        sink: A filesystem or PostgreSQL export sink.
-        options: The retention, the grace period, whether to remove anything.
-
-    Returns:
-        What was removed and kept.
-
-    Raises:
-        GcError: The sink is of a kind gc cannot collect.
-        SinkError: The sink cannot be read or written (PostgreSQL).
-    """
-    if isinstance(sink, FilesystemExportSink):
-        from durable_agent.activities.sink_gc_fs import collect_filesystem
-
-        return await collect_filesystem(name, sink, options)
-    from durable_agent.activities.pg_sink import PostgresExportSink
-
-    if isinstance(sink, PostgresExportSink):
-        from durable_agent.activities.sink_gc_pg import collect_postgres
-
-        return await collect_postgres(sink, options)
-    raise GcError(
-        f"sink {name!r} is a {type(sink).__name__}: gc collects filesystem and PostgreSQL sinks only"
-    )

@@ -1,0 +1,259 @@
+"""This machine's copies of run workspaces, each kept at the tree its run expects.
+
+A run whose workspace follows it (``RunPlan.workspace_base``) holds, in its workflow, the git
+tree its workspace must be at. Every call that reads or changes files carries that tree; before
+it runs, ``WorkspaceCopies.enter`` makes this machine's copy equal to it, and after a call that
+may change files ``leave`` records the new tree and puts its new objects in the run's sink
+before the activity returns (``activities/workspace_tree.py``). The workflow advances the tree
+only from those results, so a call that was cut short (its worker killed mid-``bash``) is run
+again from the tree before it, on whatever machine runs it.
+
+The fast path costs a small file's read: each copy's shadow repository holds a mark, the tree
+this machine last left the copy at, cleared (durably) before a call that may change files and
+written again once the call's tree is recorded. A copy whose mark is the expected tree is used
+as it is: a person's edit made meanwhile on this machine stays, and the next boundary records
+it. Any other copy is restored where it diverges: its files are recorded first (the tree they
+made stays in this machine's shadow, named in the event), the objects of the expected tree this
+machine lacks are fetched from the sink, and git's ``read-tree --reset -u`` rewrites the files
+that differ. Files the tree never holds (ignored ones, ``node_modules``, build output) are left
+as they are, and do not come along from the machine the run was on.
+
+Calls of one run that run together (an answer's parallel calls) share the copy at their tree;
+a call that expects another tree (a late attempt of a worker that was stopped, another run on
+the same folder) waits until they are done.
+
+A worker that is not the run's host (``ToolCallInput.host``) and whose copy is not at the tree
+does not restore it: the call comes back ``elsewhere`` and the workflow sends it to the host's
+own task queue (``core/run_workspace.py``), or, when the host does not take it in time, to any
+worker with ``take_over`` (docs/workspaces.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from durable_agent.activities.files import fsync_dir, write_synced
+from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTreeError, WorkspaceTrees, fetch_tree
+from durable_agent.core.models import WorkspaceRestore, WorkspaceState
+
+__all__ = ["Held", "WorkspaceCopies", "new_host_id", "restore_note"]
+
+log = logging.getLogger(__name__)
+
+_MARK = "durable-agent-at"  # in the shadow's git folder: "<tree>\n", the copy's tree on this machine
+
+
+def new_host_id() -> str:
+    """A worker process's id as a run's host: the machine's name, the process and a random part
+    (a process that starts again is another host, whose copies may hold what the last left)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class Held:
+    """A call's hold on this machine's copy: where it is, the tree it started at, and the
+    restore that made it so (None: the copy was at the tree already)."""
+
+    workspace: Path
+    tree: str
+    changes: bool
+    restored: WorkspaceRestore | None = None
+
+
+@dataclass
+class _Copy:
+    """The calls of this process in one copy: the tree they started at, and how many run."""
+
+    ready: asyncio.Condition = field(default_factory=asyncio.Condition)
+    tree: str | None = None
+    running: int = 0
+
+
+class WorkspaceCopies:
+    """The worker's side of a run whose workspace follows it (see the module's docstring).
+
+    Args:
+        trees: The worker's shadow repositories and sinks (``WorkspaceTrees``).
+        host: This worker's host id (``new_host_id``).
+        shared: The workspaces are on a disk every worker shares: nothing is restored.
+    """
+
+    def __init__(self, trees: WorkspaceTrees, host: str, *, shared: bool = False) -> None:
+        self.trees = trees
+        self.host = host
+        self.shared = shared
+        self._copies: dict[Path, _Copy] = {}
+
+    # --- the mark --------------------------------------------------------------------------
+
+    @staticmethod
+    def mark_of(repo: ShadowRepo) -> str | None:
+        """The tree this machine last left the copy at; None: none, or a call may have changed it."""
+        try:
+            return (repo.git_dir / _MARK).read_text(encoding="ascii").strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    @staticmethod
+    def _set_mark(repo: ShadowRepo, tree: str) -> None:
+        # not fsynced: a mark lost in a crash of the machine only costs a restore that changes nothing
+        write_synced(repo.git_dir / _MARK, tree.encode("ascii") + b"\n", sync=False)
+
+    @staticmethod
+    def _clear_mark(repo: ShadowRepo) -> None:
+        """Before a call that may change files: durably, so that a machine that crashes mid-call
+        never trusts the files the call left half-written."""
+        path = repo.git_dir / _MARK
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        fsync_dir(repo.git_dir)
+
+    async def adopt(self, workspace: Path, tree: str) -> None:
+        """Mark the copy at ``workspace`` as at ``tree``, just recorded there (a run's base).
+
+        Args:
+            workspace: The copy's folder on this machine.
+            tree: The tree its files were recorded as.
+        """
+        repo = self.trees.repo(workspace)
+        await asyncio.to_thread(self._set_mark, repo, tree)
+
+    # --- a call's hold ---------------------------------------------------------------------
+
+    async def enter(
+        self,
+        workspace: Path,
+        tree: str,
+        sink: str,
+        *,
+        host: str | None,
+        take_over: bool,
+        changes: bool,
+    ) -> Held | None:
+        """Make this machine's copy hold ``tree`` before a call runs (see the module's docstring).
+
+        Args:
+            workspace: The run's workspace folder.
+            tree: The tree the run expects it at.
+            sink: The run's export sink, which holds the tree's objects.
+            host: The run's host (None: none yet).
+            take_over: Restore even where another worker is the run's host (it did not take the
+                call in time, or a retry: the host is likely gone).
+            changes: The call may change files: the mark is cleared while it runs.
+
+        Returns:
+            The call's hold, or None: the copy is not at the tree and the run's host is another
+                worker, which should run the call.
+
+        Raises:
+            WorkspaceTreeError: The tree could not be restored (its objects are not in the sink,
+                git failed).
+        """
+        folder = workspace.resolve()
+        copy = self._copies.setdefault(folder, _Copy())
+        repo = self.trees.repo(folder)
+        async with copy.ready:
+            await copy.ready.wait_for(lambda: copy.running == 0 or copy.tree == tree)
+            restored: WorkspaceRestore | None = None
+            if copy.running == 0 and not self.shared:
+                at = await asyncio.to_thread(self.mark_of, repo)
+                if at != tree:
+                    if host not in (None, self.host) and not take_over:
+                        return None
+                    restored = await self._restore(repo, tree, sink, host)
+            if changes:
+                await asyncio.to_thread(self._clear_mark, repo)
+            copy.tree = tree
+            copy.running += 1
+        return Held(folder, tree, changes, restored)
+
+    async def leave(self, held: Held, sink: str | None, *, record: bool) -> WorkspaceState | None:
+        """End a call's hold; with ``record``, record the copy and put the tree's new objects in
+        ``sink`` first.
+
+        Args:
+            held: What ``enter`` gave.
+            sink: The run's export sink.
+            record: The call may have changed files.
+
+        Returns:
+            The copy's tree after the call (with ``record``), its objects in the sink.
+
+        Raises:
+            WorkspaceTreeError: The copy could not be recorded, or the sink did not take its
+                objects: the call's changes are nowhere the run can reach them.
+        """
+        copy = self._copies[held.workspace]
+        async with copy.ready:
+            try:
+                state = await self.trees.record(held.workspace, sink, strict=True) if record else None
+                if state is not None and copy.running == 1 and not self.shared:
+                    await asyncio.to_thread(self._set_mark, self.trees.repo(held.workspace), state.tree)
+            finally:
+                copy.running -= 1
+                copy.ready.notify_all()
+        return state
+
+    async def _restore(
+        self, repo: ShadowRepo, tree: str, sink_name: str, host: str | None
+    ) -> WorkspaceRestore:
+        """Make the copy hold ``tree`` (its objects fetched from the sink as needed)."""
+        sink = self.trees.object_sink(sink_name)
+        if sink is None:
+            raise WorkspaceTreeError(f"the run's sink {sink_name!r} holds no workspace trees to restore from")
+        started = time.monotonic()
+        await asyncio.to_thread(repo.prepare)
+        fetched = await fetch_tree(repo, tree, sink)
+        replaced = await asyncio.to_thread(repo.checkout, tree)
+        await asyncio.to_thread(self._set_mark, repo, tree)
+        took = int((time.monotonic() - started) * 1000)
+        moved = host is not None and host != self.host
+        log.info(
+            "workspace %s restored to %s (%s; %d objects, %d bytes fetched, %d ms)",
+            repo.workspace,
+            tree,
+            "the run moved here" if moved else "the copy had diverged",
+            fetched.objects,
+            fetched.size,
+            took,
+        )
+        return WorkspaceRestore(
+            tree=tree,
+            host=self.host,
+            from_host=host,
+            objects=fetched.objects,
+            bytes=fetched.size,
+            duration_ms=took,
+            reason="moved" if moved else "diverged",
+            replaced=None if replaced == tree else replaced,
+        )
+
+
+def restore_note(restored: WorkspaceRestore) -> str:
+    """What the model is told, after a call's output, when its workspace was restored first.
+
+    Args:
+        restored: The restore.
+
+    Returns:
+        One paragraph, starting with a blank line.
+    """
+    if restored.reason == "moved":
+        where = "The run moved to another machine before this call"
+    else:
+        where = "The workspace on this machine had diverged from the run's files before this call"
+    return (
+        f"\n\n[{where}: its files were restored to the run's last recorded state (tree "
+        f"{restored.tree[:12]}). Processes started in the background earlier and ignored files "
+        "(node_modules, build output, caches) did not come along: start or build them again if "
+        "you need them.]"
+    )

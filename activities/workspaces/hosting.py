@@ -1,0 +1,84 @@
+"""A worker's own task queue, where the runs it hosts send the calls that use their workspace.
+
+Each worker process that keeps runs' workspaces (``[workspaces] follow``) also polls
+``<task queue>/host/<its host id>`` (``core/run_workspace.py`` ``host_queue``) for
+``agent.tool_call``: a call that reached a worker whose copy is not at the run's tree comes back
+``elsewhere``, and the workflow sends it there (``workflows/tool_step.py`` ``_on_host``).
+``build_worker`` adds it with ``WorkspaceHosting``; ``DurableAgentPlugin`` runs it beside each
+worker it configures. The queue's worker is an ordinary ``Worker`` on the same client, with only
+those activities, started before the worker polls and stopped after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import Worker
+
+from durable_agent.activities.agent import AgentActivities
+from durable_agent.core.run_workspace import HOST_QUEUE_INFIX, host_queue
+
+__all__ = ["WorkspaceHosting", "hosting", "is_host_queue"]
+
+# the shared queue's heartbeat throttle (``plugin.HEARTBEAT_THROTTLE``): a host that dies is
+# noticed a heartbeat timeout after its last beat, as on the shared queue
+_HEARTBEAT_THROTTLE = timedelta(seconds=1)
+
+
+def is_host_queue(task_queue: str) -> bool:
+    """Whether ``task_queue`` is a worker's own (``host_queue``), not a shared one."""
+    return HOST_QUEUE_INFIX in task_queue
+
+
+@contextlib.asynccontextmanager
+async def hosting(worker: Worker, activities: AgentActivities) -> AsyncIterator[Worker | None]:
+    """While the block runs, a worker on this process's own task queue takes the calls of the
+    runs it hosts.
+
+    Args:
+        worker: The worker on the shared task queue.
+        activities: Its activities (``copies`` says this process's host id; None: no run's
+            workspace follows it here, and nothing more polls).
+
+    Yields:
+        The host queue's worker, or None.
+    """
+    copies = activities.copies
+    if copies is None or copies.shared or is_host_queue(worker.task_queue):
+        yield None
+        return
+    graceful = worker.config().get("graceful_shutdown_timeout") or timedelta(0)
+    host = Worker(
+        worker.client,
+        task_queue=host_queue(worker.task_queue, copies.host),
+        activities=activities.host_activities(),
+        graceful_shutdown_timeout=graceful,
+        max_heartbeat_throttle_interval=_HEARTBEAT_THROTTLE,
+    )
+    async with host:
+        yield host
+
+
+class WorkspaceHosting(SimplePlugin):
+    """A worker plugin: the worker's own task queue polled while it runs (``hosting``).
+
+    Args:
+        activities: The worker's activities.
+    """
+
+    def __init__(self, activities: AgentActivities) -> None:
+        super().__init__("durable_agent.WorkspaceHosting")
+        self.agent_activities = activities
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Run ``worker`` with its host queue's worker beside it.
+
+        Args:
+            worker: The worker about to run.
+            next: What runs it.
+        """
+        async with hosting(worker, self.agent_activities):
+            await next(worker)
