@@ -23,6 +23,7 @@ histories): ::
     python scripts/record_history.py parallel tests/histories/agent_run_parallel_v10.json
     python scripts/record_history.py continued tests/histories/agent_run_continued_v10.json
     python scripts/record_history.py subagents tests/histories/agent_run_subagents_v10.json
+    python scripts/record_history.py approval tests/histories/agent_run_approval_v11.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -58,6 +59,12 @@ before any local activity (``workflows/starting.py``, ``ask_patches_first``).
 ``agent_run_subagents_v10.json`` (and its ``-child1``) were recorded on that workflow before its
 child runs were started with their search attributes set (the child upserted them itself):
 a child's search attributes are not part of what a replay matches, so both replay since.
+
+``*_v11``: the run's workspace follows it (docs/workspaces.md), with no patch, since every new
+decision reads a recorded result: its plan has the base tree the resolve recorded (a plan from
+before has none, and the run does not follow), each tool call carries the tree and the run's
+host, each output names its host, and the run's end asks ``agent.workspace_change`` (a local
+activity) for its change set.
 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the

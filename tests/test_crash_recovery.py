@@ -323,8 +323,19 @@ async def test_kill_9_while_tool_call_in_flight(client: Client, tmp_path: Path) 
         procs.kill(first)
         second = procs.start()
         await until_alive("the 3rd tool call to be retried", lambda: tool_attempt_running(2), 45, procs)
-        (workspace / "go").touch()
-        await check_recovered_run(handle, sink_root, (first.pid, second.pid))
+
+        async def go() -> None:
+            # Again and again: the retry first restores the run's files (the workspace follows the
+            # run, docs/workspaces.md), which removes a ``go`` made while it restores.
+            while True:
+                (workspace / "go").touch()
+                await asyncio.sleep(0.1)
+
+        touching = asyncio.create_task(go())
+        try:
+            await check_recovered_run(handle, sink_root, (first.pid, second.pid))
+        finally:
+            touching.cancel()
     # the bash call is the one ordinary tool activity (the reads are local ones), run again
     tool_attempts = await retried_attempts(handle, TOOL_CALL.name)
     assert len(tool_attempts) == 1 and tool_attempts[0] >= 2, tool_attempts

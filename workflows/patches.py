@@ -93,6 +93,7 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked="at a new run's start (Starter.start); not in an execution continued as new",
         histories=listed(
+            "agent_run_approval_v11.json",
             "agent_run_approval_v2.json agent_run_approval_v3.json agent_run_approval_v4.json",
             "agent_run_approval_v5.json agent_run_cancel_checkpoint_v7.json",
             "agent_run_cancelled_v6.json agent_run_compacted_v3.json agent_run_compacted_v4.json",
@@ -118,7 +119,7 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked="at every tool boundary (LogKeeper.boundary)",
         histories=listed(
-            "agent_run_approval_v4.json agent_run_approval_v5.json",
+            "agent_run_approval_v11.json agent_run_approval_v4.json agent_run_approval_v5.json",
             "agent_run_cancel_checkpoint_v7.json agent_run_cancelled_v6.json",
             "agent_run_compacted_v4.json agent_run_compacted_v5.json",
             "agent_run_continued_v10-last.json agent_run_continued_v10.json",
@@ -150,7 +151,7 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked=f"at a boundary without a tool activity's time, under {ONE_CHECKPOINT_PATCH}",
         histories=listed(
-            "agent_run_approval_v5.json agent_run_continued_v10-last.json",
+            "agent_run_approval_v11.json agent_run_approval_v5.json agent_run_continued_v10-last.json",
             "agent_run_continued_v10.json agent_run_guarded_v5.json agent_run_parallel_v10.json",
             "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json agent_run_v5.json agent_run_v9.json",
@@ -172,7 +173,7 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked="when a cancelled run closes (Ending.close)",
         histories=listed(
-            "agent_run_cancel_checkpoint_v7.json agent_run_cancelled_v6.json",
+            "agent_run_approval_v11.json agent_run_cancel_checkpoint_v7.json agent_run_cancelled_v6.json",
             "agent_run_continued_v10-last.json agent_run_continued_v10.json",
             "agent_run_parallel_v10.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json",
@@ -189,6 +190,7 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked=f"at every boundary checkpointed by agent.checkpoint, under {ONE_CHECKPOINT_PATCH}",
         histories=listed(
+            "agent_run_approval_v11.json",
             "agent_run_cancel_checkpoint_v7.json agent_run_continued_v10-last.json",
             "agent_run_continued_v10.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
             "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
@@ -206,7 +208,7 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked="only when a new run's prompt is over the limit",
         histories=listed(
-            "agent_run_bounded_prompt_v7.json agent_run_continued_v10.json",
+            "agent_run_approval_v11.json agent_run_bounded_prompt_v7.json agent_run_continued_v10.json",
             "agent_run_parallel_v10.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json",
         ),
@@ -221,7 +223,7 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked="only when the two judges decide a call differently (workflows/shell_gate.py)",
         histories=listed(
-            "agent_run_continued_v10-last.json agent_run_continued_v10.json",
+            "agent_run_approval_v11.json agent_run_continued_v10-last.json agent_run_continued_v10.json",
             "agent_run_parallel_v10.json agent_run_shell_unseen_v7.json",
             "agent_run_subagents_v10-child1.json agent_run_subagents_v10.json agent_run_v10.json",
         ),
@@ -236,6 +238,7 @@ LEDGER: tuple[Patch, ...] = (
         ),
         asked="only by a run whose plan has hooks, before its first hook (workflows/hook_runner.py)",
         histories=listed(
+            "agent_run_approval_v11.json",
             "agent_run_continued_v10-last.json agent_run_continued_v10.json agent_run_hooks_v8.json",
             "agent_run_parallel_v10.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json",
@@ -257,7 +260,7 @@ LEDGER: tuple[Patch, ...] = (
             "send to a person, all with different ids (workflows/call_batch.py)"
         ),
         histories=listed(
-            "agent_run_continued_v10-last.json agent_run_continued_v10.json",
+            "agent_run_approval_v11.json agent_run_continued_v10-last.json agent_run_continued_v10.json",
             "agent_run_parallel_v10.json agent_run_parallel_v8.json agent_run_parallel_v9.json",
             "agent_run_subagents_v10-child1.json agent_run_subagents_v10.json agent_run_v10.json",
         ),
@@ -279,7 +282,7 @@ LEDGER: tuple[Patch, ...] = (
             "when a run finishes (LogKeeper.finish)"
         ),
         histories=listed(
-            "agent_run_continued_v10-last.json agent_run_continued_v10.json",
+            "agent_run_approval_v11.json agent_run_continued_v10-last.json agent_run_continued_v10.json",
             "agent_run_parallel_v10.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json",
         ),

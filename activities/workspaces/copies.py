@@ -205,8 +205,10 @@ class WorkspaceCopies:
 
     async def _restore(
         self, repo: ShadowRepo, tree: str, sink_name: str, host: str | None
-    ) -> WorkspaceRestore:
-        """Make the copy hold ``tree`` (its objects fetched from the sink as needed)."""
+    ) -> WorkspaceRestore | None:
+        """Make the copy hold ``tree`` (its objects fetched from the sink as needed); None when
+        this host's copy held its files already and only its mark was missing (a call that changed
+        nothing was cut short, a child run recorded the files here): nothing to tell."""
         sink = self.trees.object_sink(sink_name)
         if sink is None:
             raise WorkspaceTreeError(f"the run's sink {sink_name!r} holds no workspace trees to restore from")
@@ -217,6 +219,8 @@ class WorkspaceCopies:
         await asyncio.to_thread(self._set_mark, repo, tree)
         took = int((time.monotonic() - started) * 1000)
         moved = host is not None and host != self.host
+        if not moved and replaced == tree:
+            return None
         log.info(
             "workspace %s restored to %s (%s; %d objects, %d bytes fetched, %d ms)",
             repo.workspace,

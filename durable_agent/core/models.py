@@ -329,7 +329,7 @@ class WorkspaceRestore(Frozen):
         reason: ``moved`` (the run's host was another worker), ``diverged`` (this worker's copy
             was not at the tree: a call cut short, a change from outside).
         replaced: The tree of the files the restore replaced, kept in that machine's shadow
-            repository (None: the files were the tree's already, only the mark was missing).
+            repository (None: the files there were the tree's already).
     """
 
     tree: str
