@@ -180,7 +180,7 @@ class AgentActivities:
         self.run_logs = RunLogs(self.store, self.log_cache, self.sinks, self.telemetry)
         self.legacy = LegacySessions(self.store)
         # the [hooks] commands, in the sandbox the bash tool's commands run in
-        self.hook_calls = HookCalls(sandbox_settings(config), self.redact)
+        self.hook_calls = HookCalls(sandbox_settings(config), self.redact, self.copies)
         self.compactions = Compactions(self.model_calls)
         # a ``rewind``: the workspace's files as one of the run's turns recorded them
         self.restores = WorkspaceRestores(self.sinks, self.workspace_trees)
@@ -247,9 +247,9 @@ class AgentActivities:
         (``activities/workspaces/hosting.py``): those that use the run's workspace.
 
         Returns:
-            ``agent.tool_call``.
+            ``agent.tool_call`` and ``agent.hook``.
         """
-        return [self.tool_calls.tool_call]
+        return [self.tool_calls.tool_call, self.hook_calls.hook]
 
 
 def activity_name(fn: Callable[..., Any]) -> str | None:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -35,6 +36,7 @@ from durable_agent.activities.tools import process
 from durable_agent.activities.tools.sandbox import sandbox_problem
 from durable_agent.activities.tools.scratch import prepare_call
 from durable_agent.activities.tools.tool import ToolFailure
+from durable_agent.activities.workspaces.copies import Held, WorkspaceCopies, entered, left
 from durable_agent.config import SandboxConfig
 from durable_agent.core.activity_api import HOOK
 from durable_agent.core.hooks import (
@@ -57,6 +59,8 @@ class HookCalls:
 
     sandbox: SandboxConfig
     redact: Redactor = field(default_factory=Redactor)
+    # keeps this machine's copy of a run's workspace at the run's tree (None: never followed)
+    copies: WorkspaceCopies | None = None
 
     @activity.defn(name=HOOK.name)
     async def hook(self, inp: HookInput) -> HookOutcome:
@@ -72,15 +76,32 @@ class HookCalls:
             ApplicationError: The hook could not be run on this worker (retried by Temporal).
         """
         started = time.monotonic()
+        copies = self.copies if inp.expect_tree is not None else None
+        held: Held | None = None
+        if copies is not None:
+            assert inp.expect_tree is not None
+            held = await entered(copies, inp.workspace, inp.expect_tree, inp.sink, inp.host, inp.take_over)
+            if held is None:
+                return HookOutcome(decision="continue", elsewhere=True, host=copies.host)
         try:
             outcome = await heartbeating(self._run(inp))
-        except (ToolFailure, OSError, subprocess.SubprocessError) as exc:
+        except BaseException as exc:
+            if copies is not None and held is not None:
+                await copies.leave(held, None, record=False)
+            if not isinstance(exc, (ToolFailure, OSError, subprocess.SubprocessError)):
+                raise
             activity.logger.warning(
                 "hook %s[%d] of run %s not run: %s", inp.event, inp.index, inp.run_id, exc
             )
             raise ApplicationError(self.redact(f"the hook could not be run: {exc}")) from None
+        update: dict[str, Any] = {}
+        if copies is not None and held is not None:
+            # a hook may change files: the tree it left, its objects in the sink, before it returns
+            state = await left(copies, held, inp.sink, self.redact)
+            update.update(workspace=state, host=copies.host, restored=held.restored)
         return outcome.model_copy(
             update={
+                **update,
                 "duration_ms": int((time.monotonic() - started) * 1000),
                 "completed_at_ms": int(time.time() * 1000),
             }

@@ -18,10 +18,9 @@ from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.activities.support import heartbeating, state_missing
 from durable_agent.activities.tools.path_guard import READ_DENIED, check_resolved, read_denier
 from durable_agent.activities.tools.tool import CURRENT_CALL, Tool, ToolContent, ToolFailure
-from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees
-from durable_agent.activities.workspaces.copies import WorkspaceCopies, restore_note
+from durable_agent.activities.workspace_tree import WorkspaceTrees
+from durable_agent.activities.workspaces.copies import WorkspaceCopies, entered, left, restore_note
 from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
-from durable_agent.core.failures import WORKSPACE_NOT_RECORDED, WORKSPACE_NOT_RESTORED
 from durable_agent.core.models import ImageBlock, Message
 from durable_agent.core.run_log import StateMissing, recorded_result
 from durable_agent.core.tool_specs import ToolCallError, validate_args
@@ -80,28 +79,9 @@ class ToolCalls:
         tree the run expects, the call run, and the new tree recorded, its objects in the sink,
         before the call returns (``activities/workspaces/copies.py``)."""
         assert inp.expect_tree is not None
-        info = activity.info()
         changes = self._changes(inp)
-        # A retry of an ordinary activity most often follows a host that died mid-call: restore
-        # here rather than send the call back to it. A local call is retried within its
-        # workflow task, on this worker, and restores here only as the run's host.
-        take_over = inp.take_over or (info.attempt > 1 and not info.is_local)
-        try:
-            held = await heartbeating(
-                copies.enter(
-                    Path(inp.workspace),
-                    inp.expect_tree,
-                    inp.sink or "",
-                    host=inp.host,
-                    take_over=take_over,
-                    changes=changes,
-                )
-            )
-        except WorkspaceTreeError as exc:
-            # retried by Temporal: a sink that was down may answer the next attempt
-            raise ApplicationError(
-                self.redact(f"workspace not restored: {exc}"), type=WORKSPACE_NOT_RESTORED
-            ) from None
+        where = (inp.workspace, inp.expect_tree, inp.sink, inp.host, inp.take_over)
+        held = await entered(copies, *where, changes=changes, redact=self.redact)
         if held is None:
             return ToolOutput(
                 content=f"the run's workspace is on worker {inp.host}, not here ({copies.host})",
@@ -114,13 +94,8 @@ class ToolCalls:
         except BaseException:
             await copies.leave(held, None, record=False)
             raise
-        try:
-            recorded = changes and output.permission is None
-            state = await heartbeating(copies.leave(held, inp.sink, record=recorded))
-        except WorkspaceTreeError as exc:
-            # The call's changes are nowhere the run could find them on another machine: the
-            # next attempt runs the call again from the tree before it.
-            raise ApplicationError(self.redact(str(exc)), type=WORKSPACE_NOT_RECORDED) from None
+        recorded = changes and output.permission is None
+        state = await left(copies, held, inp.sink, self.redact, record=recorded)
         update: dict[str, Any] = {
             "completed_at_ms": int(time.time() * 1000),
             "host": copies.host,
@@ -129,10 +104,9 @@ class ToolCalls:
         }
         if held.restored is not None:
             restored = held.restored
-            activity_metrics().workspace_restored(
-                restored.reason, restored.bytes, restored.duration_ms / 1000
-            )
-            update["content"] = output.content + restore_note(held.restored)
+            seconds = restored.duration_ms / 1000
+            activity_metrics().workspace_restored(restored.reason, restored.bytes, seconds)
+            update["content"] = output.content + restore_note(restored)
             update["staged"] = False  # the staged text is the output without the note
         return output.model_copy(update=update)
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from durable_agent.activities.files import write_atomic, write_synced
 from durable_agent.activities.sinks import ExportSink, ObjectSink
+from durable_agent.activities.workspaces.packs import PACK_TYPES, pack_of
 from durable_agent.config import (
     AgentConfig,
     FilesystemSinkConfig,
@@ -74,6 +75,9 @@ _SETTINGS = (
 )
 _LEFT_OUT_SHOWN = 100  # the most paths an event names as left out
 _FETCH_BATCH = 500  # objects asked of a sink at once
+_PACK_MIN_OBJECTS = 64  # fewer are written as loose objects, a file each
+_PACK_FLUSH_BYTES = 64 * 1024 * 1024  # a restore's objects held before they are written as a pack
+_MOST_PACKS = 32
 
 # one record at a time in each shadow: the threads of this worker share the index
 _locks: dict[Path, threading.Lock] = {}
@@ -107,15 +111,20 @@ def object_id(data: bytes) -> str:
     Raises:
         WorkspaceTreeError: ``data`` is not a loose object.
     """
+    return _object_parts(data)[0]
+
+
+def _object_parts(data: bytes) -> tuple[str, bytes, bytes]:
+    """A loose object's id, type and body, checked (``object_id``)."""
     try:
         raw = zlib.decompress(data)
     except zlib.error as exc:
         raise WorkspaceTreeError(f"not a git object: {exc}") from None
     head, sep, body = raw.partition(b"\0")
     kind, _, size = head.partition(b" ")
-    if not sep or kind not in (b"blob", b"tree", b"commit", b"tag") or size != str(len(body)).encode():
+    if not sep or kind not in PACK_TYPES or size != str(len(body)).encode():
         raise WorkspaceTreeError("not a git object: its header does not add up")
-    return hashlib.sha1(raw).hexdigest()
+    return hashlib.sha1(raw).hexdigest(), kind, body
 
 
 def _loose(kind: str, body: bytes) -> bytes:
@@ -372,17 +381,34 @@ class ShadowRepo:
         return found
 
     def add_objects(self, objects: Mapping[str, bytes]) -> None:
-        """Keep loose objects (from a sink) in the shadow, each checked against its id first.
+        """Keep loose objects (from a sink) in the shadow, each checked against its id first: many
+        as one pack (``workspaces/packs.py``), a few as a file each.
 
         Raises:
-            WorkspaceTreeError: One is not the object its id names.
+            WorkspaceTreeError: One is not the object its id names, or git did not take the pack.
         """
+        parts = {}
         for oid, data in objects.items():
-            if object_id(data) != oid:
+            found, kind, body = _object_parts(data)
+            if found != oid:
                 raise WorkspaceTreeError(f"the object given as {oid} is not that object")
+            parts[oid] = (kind, body)
+        if len(parts) >= _PACK_MIN_OBJECTS:
+            self.git("index-pack", "--stdin", stdin=pack_of(parts.values()))
+            with _lock(self.git_dir):
+                self._pack_count_bounded()
+            return
+        for oid, data in objects.items():
             path = self.git_dir / "objects" / oid[:2] / oid[2:]
             if not path.exists():  # a copy: the sink holds the object durably
                 write_synced(path, data, 0o444, sync=False)
+
+    def _pack_count_bounded(self) -> None:
+        """One pack a restore: past ``_MOST_PACKS`` (a long-lived shadow, ``gc.auto`` off) they are
+        made one, so that looking an object up does not search them all."""
+        packs = list((self.git_dir / "objects" / "pack").glob("*.pack"))
+        if len(packs) > _MOST_PACKS:
+            self.git("repack", "-a", "-d", "-q")
 
     # --- pushing and rebuilding ----------------------------------------------------------
 
@@ -450,13 +476,23 @@ async def fetch_tree(repo: ShadowRepo, tree: str, sink: ObjectSink, *, blobs: bo
     await asyncio.to_thread(repo.prepare)
     level, files = [tree], set()
     fetched = Fetched()
+    # what came from the sink, kept in the shadow together (one pack: ``ShadowRepo.add_objects``)
+    pending: dict[str, bytes] = {}
+
+    async def keep(got: dict[str, bytes], *, last: bool = False) -> None:
+        nonlocal fetched
+        pending.update(got)
+        fetched += got
+        if pending and (last or sum(len(data) for data in pending.values()) >= _PACK_FLUSH_BYTES):
+            await asyncio.to_thread(repo.add_objects, dict(pending))
+            pending.clear()
+
     while level:
         local = await asyncio.to_thread(repo.read, level)
         missing = [oid for oid in level if oid not in local]
         for start in range(0, len(missing), _FETCH_BATCH):
             got = await sink.get_objects(missing[start : start + _FETCH_BATCH])
-            await asyncio.to_thread(repo.add_objects, got)
-            fetched += got
+            await keep(got)
             for oid, data in got.items():
                 raw = zlib.decompress(data)
                 local[oid] = ("tree", raw.partition(b"\0")[2])
@@ -469,18 +505,19 @@ async def fetch_tree(repo: ShadowRepo, tree: str, sink: ObjectSink, *, blobs: bo
                     level.append(child)
                 elif mode != b"160000":  # a submodule's commit is not in the workspace's objects
                     files.add(child)
-    if not blobs:
-        return fetched
-    wanted = sorted(files)
-    held = await asyncio.to_thread(repo.has, wanted)
-    missing = [oid for oid in wanted if oid not in held]
-    for start in range(0, len(missing), _FETCH_BATCH):
-        batch = missing[start : start + _FETCH_BATCH]
-        got = await sink.get_objects(batch)
-        if lacking := [oid for oid in batch if oid not in got]:
-            raise WorkspaceTreeError(f"the sink does not hold object {lacking[0]} (of workspace tree {tree})")
-        await asyncio.to_thread(repo.add_objects, got)
-        fetched += got
+    if blobs:
+        wanted = sorted(files)
+        held = await asyncio.to_thread(repo.has, wanted)
+        missing = [oid for oid in wanted if oid not in held]
+        for start in range(0, len(missing), _FETCH_BATCH):
+            batch = missing[start : start + _FETCH_BATCH]
+            got = await sink.get_objects(batch)
+            if lacking := [oid for oid in batch if oid not in got]:
+                raise WorkspaceTreeError(
+                    f"the sink does not hold object {lacking[0]} (of workspace tree {tree})"
+                )
+            await keep(got)
+    await keep({}, last=True)
     return fetched
 
 

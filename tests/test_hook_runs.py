@@ -23,10 +23,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from durable_agent.activities import AgentActivities
+from durable_agent.activities.workspace_tree import ShadowRepo
 from durable_agent.cli.render import EventPrinter
 from durable_agent.client import end_conversation, run_result, send_prompt, start_run
 from durable_agent.core.activity_api import HOOK, MODEL_CALL, TOOL_CALL
-from durable_agent.core.events import EventRecord, HookRunEvent, UserMessageEvent
+from durable_agent.core.events import EventRecord, HookRunEvent, ToolEndEvent, UserMessageEvent
 from durable_agent.core.models import Message, ToolResultBlock
 from durable_agent.core.run_api import AgentRunInput
 from durable_agent.workflows.patches import HOOKS_PATCH
@@ -352,3 +353,47 @@ async def test_a_run_without_hooks_schedules_nothing_new(client: Client, tmp_pat
     records, _ = last_export(sink)
     assert not hook_runs(records)
     assert '"hook_run"' not in sink.exports[-1].content
+
+
+# --- hooks of a run whose workspace follows it -----------------------------------------------------
+
+
+async def test_the_files_hooks_change_are_the_run_s_and_its_boundaries_record_them(
+    client: Client, tmp_path: Path
+) -> None:
+    """A ``pre_tool_use`` and a ``post_tool_use`` hook that change files, in a run whose workspace
+    follows it (the filesystem sink holds trees): each runs on the run's tree and its tree is
+    recorded, so the next call, the call's ``tool_end`` and the run's change set have its files."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    hooks = {
+        "pre_tool_use": [{"matcher": "bash", "command": "echo checked > pre.txt"}],
+        "post_tool_use": [
+            {"matcher": "write", "command": "tr a-z A-Z < out.txt > out.tmp && mv out.tmp out.txt"}
+        ],
+    }
+    responses = [
+        tool_call("w1", "write", file_path="out.txt", content="hello\n"),
+        tool_call("b1", "bash", command="cat out.txt pre.txt"),
+        final("done"),
+    ]
+    config = scripted_config(
+        tmp_path, responses, hooks=hooks, permissions={"allow": ["bash", "write(*)"], "default": "deny"}
+    )
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(client, queue, ws, "write and look")
+        result = await run_result(client, handle.id)
+        events = await run_events(handle)
+    assert result.status == "completed", result.error
+    ends = {r.event.id: r.event for r in events if isinstance(r.event, ToolEndEvent)}
+    # the write's boundary has the tree the formatter left; the bash call ran on it, after the
+    # pre_tool_use hook's file, and its boundary records both
+    assert ends["b1"].output.splitlines()[:2] == ["HELLO", "checked"], ends["b1"].output
+    assert ends["w1"].workspace is not None and ends["b1"].workspace is not None
+    formatted = tmp_path / "formatted"
+    formatted.mkdir()
+    (formatted / "out.txt").write_text("HELLO\n")
+    assert ends["w1"].workspace.tree == ShadowRepo(tmp_path / "check", formatted).record().tree
+    assert result.workspace is not None and result.workspace.final == ends["b1"].workspace.tree
+    assert set(result.workspace.files) == {"out.txt", "pre.txt"}
+    assert "+HELLO" in result.workspace.diff and "+checked" in result.workspace.diff

@@ -141,7 +141,7 @@ class Cancellation:
 
 def _routing(task_queue: str | None, schedule_to_start_seconds: float | None) -> dict[str, Any]:
     """An ordinary activity's queue and its time to leave it; none named: the run's queue, with
-    no such timeout, as every activity had before (``ToolStep._on_host``)."""
+    no such timeout, as every activity had before (``workflows/hosting.py``)."""
     if task_queue is None:
         return {}
     routing: dict[str, Any] = {"task_queue": task_queue}

@@ -41,10 +41,11 @@ with workflow.unsafe.imports_passed_through():
         hooks_for,
     )
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import ToolUseBlock
+    from durable_agent.core.models import ToolUseBlock, WorkspaceState
     from durable_agent.core.run_api import FinalStatus
 
 from durable_agent.workflows.calls import CallRunner, RunFailed, now_ms
+from durable_agent.workflows.hosting import on_host
 from durable_agent.workflows.patches import HOOKS_PATCH
 
 
@@ -98,20 +99,29 @@ class HookRunner:
                 **fields,
             )
             inp, timeouts = hook_call(plan, ref, event, document)
+            if state.workspace.follows:  # it may change files: on the run's tree, recorded after
+                where = {"expect_tree": state.workspace.tree, "host": state.workspace.host}
+                inp = inp.model_copy(update={**where, "sink": plan.export_sink})
             named = f" {tool_name}" if tool_name else ""
+            summary = f"hook {event}[{ref.index}]{named}"
             try:
                 outcome = await self._calls.run(
-                    HOOK,
-                    inp,
-                    summary=f"hook {event}[{ref.index}]{named}",
-                    timeouts=timeouts,
-                    cancellable=cancellable,
+                    HOOK, inp, summary=summary, timeouts=timeouts, cancellable=cancellable
                 )
+                if outcome.elsewhere:  # its worker does not hold the run's workspace: where it is
+                    outcome = await on_host(
+                        self._calls, HOOK, inp, plan=plan, summary=summary, timeouts=timeouts
+                    )
             except ActivityError as exc:
                 # every attempt failed (its worker lost each time, no sandbox there): recorded,
                 # and the run goes on as if the hook had not run
                 outcome = failed_outcome(failure_message(exc))
-            state.journal.emit(hook_event(inp, outcome), outcome.completed_at_ms or now_ms())
+            at_ms = outcome.completed_at_ms or now_ms()
+            hook_id = fields.get("tool_use_id") or f"{event}[{ref.index}]"
+            state.hold_workspace(
+                hook_id, f"hook:{event}", outcome.workspace, outcome.host, outcome.restored, at_ms
+            )
+            state.journal.emit(hook_event(inp, outcome), at_ms)
             outcomes.append(outcome)
         return outcomes
 
@@ -125,15 +135,18 @@ class HookRunner:
         Returns:
             None: the call runs. Otherwise the tool error the model gets instead of its result.
         """
+        before = state.workspace.tree
         outcomes = await self._about_call(state, "pre_tool_use", call)
         reason = block_reason(outcomes)
         if reason is None:
             return None
-        # the hook's activity fixes the boundary's time, as a tool's does
+        # the hook's activity fixes the boundary's time, as a tool's does; the files a hook changed
+        # are in the call's ``tool_end``, as a tool's are
         return ToolOutput(
             content=f"a pre_tool_use hook refused this call: {reason}",
             is_error=True,
             completed_at_ms=_finished_at(outcomes),
+            workspace=_changed(state, before),
         )
 
     async def after_tool(self, state: LoopState, call: ToolUseBlock, output: ToolOutput) -> ToolOutput:
@@ -148,6 +161,12 @@ class HookRunner:
             The output the model sees: ``output``, with the reasons of the hooks that blocked
             added, and stamped with the last hook's completion time.
         """
+        if state.workspace.follows:
+            # the hooks run on the files the call left: the run holds them now (the call's
+            # restore recorded here, before the hooks', as it happened), not at its boundary
+            state.hold_workspace(call.id, call.name, output.workspace, output.host, output.restored, now_ms())
+            output = output.model_copy(update={"restored": None, "host": None})
+        before = state.workspace.tree
         outcomes = await self._about_call(
             state, "post_tool_use", call, output=output.content, is_error=output.is_error
         )
@@ -155,6 +174,8 @@ class HookRunner:
             return output
         finished = _finished_at(outcomes)
         update: dict[str, Any] = {"completed_at_ms": finished} if finished is not None else {}
+        if (changed := _changed(state, before)) is not None:
+            update["workspace"] = changed  # the tree the hooks left, in the call's ``tool_end``
         reason = block_reason(outcomes)
         if reason is not None:
             # the store's staged copy is of the tool's own text: this one is saved whole
@@ -222,6 +243,12 @@ class HookRunner:
         status = "failed" if final == "budget_exhausted" else final
         # the run has ended: a cancel now is noted, and the hook runs to its end or time limit
         await self.run(state, "stop", cancellable=False, status=status, result=state.final_text or None)
+
+
+def _changed(state: LoopState, before: str | None) -> WorkspaceState | None:
+    """The run's tree, when hooks changed it since ``before``."""
+    tree = state.workspace.tree
+    return WorkspaceState(tree=tree) if tree is not None and tree != before else None
 
 
 def _finished_at(outcomes: list[HookOutcome]) -> int | None:

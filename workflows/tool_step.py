@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
-from temporalio.exceptions import TimeoutError as ActivityTimeout
+from temporalio.exceptions import ActivityError
 
 from durable_agent.workflows.approval_book import ApprovalBook, summarize_arguments
 
@@ -36,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.permissions import COMMAND_TOOLS, Decision
     from durable_agent.core.run_api import AWAITING_APPROVAL, EXECUTING, ApprovalDecision, PendingApproval
     from durable_agent.core.run_log import STAGE_MIN_BYTES
-    from durable_agent.core.run_workspace import host_queue
     from durable_agent.core.subagents import TASK
     from durable_agent.core.tool_specs import ToolCallError, ToolOffer, find_offer, permission_targets
 
@@ -44,6 +42,7 @@ from durable_agent.workflows.calls import CallRunner, Cancellation, missing_stat
 from durable_agent.workflows.child_runs import SubagentRunner
 from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.hook_runner import HookRunner
+from durable_agent.workflows.hosting import on_host
 from durable_agent.workflows.shell_gate import decide_targets
 from durable_agent.workflows.workflow_metrics import (
     approval_decided,
@@ -52,15 +51,6 @@ from durable_agent.workflows.workflow_metrics import (
     tool_call_refused,
 )
 from durable_agent.workflows.workflow_tools import answer_in_workflow
-
-
-def host_unavailable(exc: ActivityError) -> bool:
-    """Whether a call sent to a run's host failed for the host, not for the call: a timeout, or
-    a failure Temporal would have tried again (``_on_host``)."""
-    cause = exc.cause
-    if isinstance(cause, ActivityTimeout):
-        return True
-    return isinstance(cause, ApplicationError) and not cause.non_retryable
 
 
 def call_summary(call: ToolUseBlock, target: str | None) -> str:
@@ -268,39 +258,10 @@ class ToolStep:
             if inline is None or not missing_state(exc)[0]:
                 raise
             return await self._run_tool(state, inline, summary)
-        if output.elsewhere:
-            return await self._on_host(state, inp, summary)
+        if output.elsewhere:  # its worker does not hold the run's workspace: where it is
+            routed = inp.model_copy(update={"recorded_after": None})
+            return await on_host(self._calls, TOOL_CALL, routed, plan=state.plan, summary=summary)
         return output
-
-    async def _on_host(self, state: LoopState, inp: ToolCallInput, summary: str) -> ToolOutput:
-        """A call whose worker does not hold the run's workspace: to the host's own task queue,
-        once, and when the host does not take it within ``host_wait_seconds`` or does not
-        finish it (gone, or stopped: its last polls still take tasks it never runs, which only
-        the heartbeat timeout notices), to any worker, which restores its copy and becomes the
-        run's host (docs/workspaces.md). A failure the tool itself declared final stays final."""
-        plan = state.plan
-        assert inp.host is not None
-        ordinary = inp.model_copy(update={"recorded_after": None})
-        try:
-            return await self._calls.run(
-                TOOL_CALL,
-                ordinary,
-                summary=summary,
-                timeouts=plan.timeouts,
-                task_queue=host_queue(workflow.info().task_queue, inp.host),
-                schedule_to_start_seconds=plan.host_wait_seconds,
-                max_attempts=1,  # its retries are the other workers' to make
-            )
-        except ActivityError as exc:
-            if not host_unavailable(exc):
-                raise
-        self._display.details(f"worker {inp.host} did not take `{summary}`: another takes over", state)
-        return await self._calls.run(
-            TOOL_CALL,
-            ordinary.model_copy(update={"take_over": True}),
-            summary=summary,
-            timeouts=plan.timeouts,
-        )
 
     # --- a person's decision ---------------------------------------------------------
 

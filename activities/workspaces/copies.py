@@ -36,14 +36,20 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
 from durable_agent.activities.files import fsync_dir, write_synced
+from durable_agent.activities.support import heartbeating
 from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTreeError, WorkspaceTrees, fetch_tree
+from durable_agent.core.failures import WORKSPACE_NOT_RECORDED, WORKSPACE_NOT_RESTORED
 from durable_agent.core.models import WorkspaceRestore, WorkspaceState
 
-__all__ = ["Held", "WorkspaceCopies", "new_host_id", "restore_note"]
+__all__ = ["Held", "WorkspaceCopies", "entered", "left", "new_host_id", "restore_note"]
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +246,83 @@ class WorkspaceCopies:
             reason="moved" if moved else "diverged",
             replaced=None if replaced == tree else replaced,
         )
+
+
+async def entered(
+    copies: WorkspaceCopies,
+    workspace: str,
+    tree: str,
+    sink: str | None,
+    host: str | None,
+    take_over: bool,
+    *,
+    changes: bool = True,
+    redact: Callable[[str], str] = str,
+) -> Held | None:
+    """``WorkspaceCopies.enter`` from an activity (a tool call's, a hook's), heartbeating.
+
+    A retry of an ordinary activity most often follows a host that died mid-call: it restores
+    here rather than send the call back to that host. A local activity is retried within its
+    workflow task, on this worker, and restores here only as the run's host.
+
+    Args:
+        copies: This worker's copies.
+        workspace: The run's workspace folder.
+        tree: The tree the run expects.
+        sink: The run's export sink.
+        host: The run's host.
+        take_over: The workflow asks any worker to take the run over.
+        changes: The call may change files.
+        redact: The worker's redaction of credentials, for the error's message.
+
+    Returns:
+        The call's hold, or None: the run's host is another worker.
+
+    Raises:
+        ApplicationError: The copy could not be restored (``WORKSPACE_NOT_RESTORED``; Temporal
+            retries it: a sink that was down may answer the next attempt).
+    """
+    info = activity.info()
+    take_over = take_over or (info.attempt > 1 and not info.is_local)
+    try:
+        return await heartbeating(
+            copies.enter(Path(workspace), tree, sink or "", host=host, take_over=take_over, changes=changes)
+        )
+    except WorkspaceTreeError as exc:
+        raise ApplicationError(
+            redact(f"workspace not restored: {exc}"), type=WORKSPACE_NOT_RESTORED
+        ) from None
+
+
+async def left(
+    copies: WorkspaceCopies,
+    held: Held,
+    sink: str | None,
+    redact: Callable[[str], str] = str,
+    *,
+    record: bool = True,
+) -> WorkspaceState | None:
+    """``WorkspaceCopies.leave`` from an activity, heartbeating.
+
+    Args:
+        copies: This worker's copies.
+        held: What ``entered`` gave.
+        sink: The run's export sink.
+        redact: The worker's redaction of credentials, for the error's message.
+        record: The call may have changed files.
+
+    Returns:
+        The tree the call left (with ``record``).
+
+    Raises:
+        ApplicationError: The tree could not be recorded or its objects put in the sink
+            (``WORKSPACE_NOT_RECORDED``): the call's changes are nowhere the run could find them on
+            another machine, so the next attempt runs it again from the tree before it.
+    """
+    try:
+        return await heartbeating(copies.leave(held, sink, record=record))
+    except WorkspaceTreeError as exc:
+        raise ApplicationError(redact(str(exc)), type=WORKSPACE_NOT_RECORDED) from None
 
 
 def restore_note(restored: WorkspaceRestore) -> str:

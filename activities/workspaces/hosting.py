@@ -2,8 +2,8 @@
 
 Each worker process that keeps runs' workspaces (``[workspaces] follow``) also polls
 ``<task queue>/host/<its host id>`` (``core/run_workspace.py`` ``host_queue``) for
-``agent.tool_call``: a call that reached a worker whose copy is not at the run's tree comes back
-``elsewhere``, and the workflow sends it there (``workflows/tool_step.py`` ``_on_host``).
+``agent.tool_call`` and ``agent.hook``: a call that reached a worker whose copy is not at the
+run's tree comes back ``elsewhere``, and the workflow sends it there (``workflows/hosting.py``).
 ``build_worker`` adds it with ``WorkspaceHosting``; ``DurableAgentPlugin`` runs it beside each
 worker it configures. The queue's worker is an ordinary ``Worker`` on the same client, with only
 those activities, started before the worker polls and stopped after it.

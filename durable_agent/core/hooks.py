@@ -33,7 +33,7 @@ import re2
 from pydantic import Field, field_validator, model_validator
 
 from durable_agent.core.events import TOOL_OUTPUT_PREVIEW_CHARS, HookRunEvent
-from durable_agent.core.models import Frozen, Sparse
+from durable_agent.core.models import Frozen, Sparse, WorkspaceRestore, WorkspaceState
 
 # The four moments, defined beside the ``hook_run`` event that names them; exported here too.
 from durable_agent.core.models import HookEventName as HookEventName
@@ -331,6 +331,13 @@ class HookInput(Frozen):
     document: HookDocument
     # the hook's time limit (the hook's own, else ``[timeouts] hook_seconds``)
     timeout_seconds: float = Field(gt=0)
+    # A run whose workspace follows it (docs/workspaces.md), as ``ToolCallInput``'s: the tree the
+    # copy must be at before the hook runs, the run's host, whether to take the run over, and the
+    # sink the tree the hook leaves goes to (a hook may change files).
+    expect_tree: str | None = None
+    host: str | None = None
+    take_over: bool = False
+    sink: str | None = None
 
 
 HookDecision = Literal["continue", "block", "error"]
@@ -349,6 +356,13 @@ class HookOutcome(Frozen):
     duration_ms: int = 0
     # when the activity returned (epoch ms), for the workflow to stamp its event with
     completed_at_ms: int | None = None
+    # A run whose workspace follows it, as ``ToolOutput``'s: the tree the hook left (its objects
+    # in the sink), the worker that held the copy, the restore it made first; or ``elsewhere``:
+    # the hook did not run, the run's host is another worker.
+    workspace: WorkspaceState | None = None
+    host: str | None = None
+    restored: WorkspaceRestore | None = None
+    elsewhere: bool = False
 
 
 def decide(exit_code: int, stderr: str) -> tuple[HookDecision, str | None]:

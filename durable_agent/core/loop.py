@@ -201,16 +201,29 @@ class LoopState:
         copy first (a ``workspace_restored`` event before the ``tool_end``).
         """
         self._due_calls = [c for c in self._due_calls if c.id != call.id]
-        if restored is not None:
-            self.journal.emit(WorkspaceRestoredEvent.of(call.id, call.name, restored), now_ms)
+        self.hold_workspace(call.id, call.name, workspace, host, restored, now_ms)
         self.journal.emit(ToolEndEvent.of(call.id, call.name, output, is_error, workspace), now_ms)
-        self.workspace = self.workspace.after(workspace, host)
         images = tuple(i.reference() for i in images)
         block = ToolResultBlock(tool_use_id=call.id, content=output, is_error=is_error, images=images)
         self.journal.add_user_block(block, join=self.open_results, staged=staged)
         self.open_results = True
         self._last_role = "user"
         self.turn += 1
+
+    def hold_workspace(
+        self,
+        id: str,
+        name: str,
+        workspace: WorkspaceState | None,
+        host: str | None,
+        restored: WorkspaceRestore | None,
+        now_ms: int,
+    ) -> None:
+        """A call or a hook ran on the run's workspace (``core/run_workspace.py``): the restore its
+        worker made first (a ``workspace_restored`` event), and the tree it left and its host."""
+        if restored is not None:
+            self.journal.emit(WorkspaceRestoredEvent.of(id, name, restored), now_ms)
+        self.workspace = self.workspace.after(workspace, host)
 
     def record_todos(self, todos: tuple[TodoItem, ...], now_ms: int) -> None:
         """The model wrote its plan (``todo_write``): it replaces the one before, with its event."""
