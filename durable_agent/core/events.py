@@ -293,22 +293,14 @@ class RewindEvent(Frozen):
     tree: str | None = None
 
 
-class WorkspaceRestoredEvent(Frozen):
+class WorkspaceRestoredEvent(WorkspaceRestore):
     """A worker made its copy of the run's workspace equal to the tree the run expected before
-    it ran call ``id`` (``WorkspaceRestore``: the run moved to that machine, or its copy there
-    had diverged; docs/workspaces.md). Recorded just before the call's ``tool_end``."""
+    it ran call ``id`` (``WorkspaceRestore``'s fields: the run moved to that machine, or its copy
+    there had diverged; docs/workspaces.md). Recorded just before the call's ``tool_end``."""
 
     type: Literal["workspace_restored"] = "workspace_restored"
-    id: str  # the call whose activity restored it
-    name: str  # that call's tool
-    tree: str
-    host: str
-    from_host: str | None = None
-    objects: int = 0
-    bytes: int = 0
-    duration_ms: int = 0
-    reason: Literal["moved", "diverged"]
-    replaced: str | None = None
+    id: str  # the call whose activity restored it (a hook's: its call's id, or "<event>[<index>]")
+    name: str  # that call's tool, or "hook:<event>"
 
     @classmethod
     def of(cls, id: str, name: str, restore: WorkspaceRestore) -> WorkspaceRestoredEvent:
