@@ -31,6 +31,7 @@ worker with ``take_over`` (docs/workspaces.md).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -60,6 +61,16 @@ def new_host_id() -> str:
     """A worker process's id as a run's host: the machine's name, the process and a random part
     (a process that starts again is another host, whose copies may hold what the last left)."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@functools.cache
+def _boot_id() -> str:
+    """This boot of the machine (Linux's ``boot_id``; elsewhere the process's start, so that a
+    mark is never trusted across a start it cannot tell from a reboot)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        return f"process-{os.getpid()}-{uuid.uuid4().hex}"
 
 
 @dataclass(frozen=True)
@@ -101,16 +112,19 @@ class WorkspaceCopies:
 
     @staticmethod
     def mark_of(repo: ShadowRepo) -> str | None:
-        """The tree this machine last left the copy at; None: none, or a call may have changed it."""
+        """The tree this machine last left the copy at; None: none, a call may have changed it,
+        or the machine started again since (its files may not all have reached the disk)."""
         try:
-            return (repo.git_dir / _MARK).read_text(encoding="ascii").strip() or None
+            tree, _, boot = (repo.git_dir / _MARK).read_text(encoding="ascii").strip().partition(" ")
         except (OSError, UnicodeDecodeError):
             return None
+        return (tree or None) if boot == _boot_id() else None
 
     @staticmethod
     def _set_mark(repo: ShadowRepo, tree: str) -> None:
-        # not fsynced: a mark lost in a crash of the machine only costs a restore that changes nothing
-        write_synced(repo.git_dir / _MARK, tree.encode("ascii") + b"\n", sync=False)
+        # Not fsynced, and neither are the files it vouches for: the mark names the machine's boot,
+        # so after a crash of the machine the copy is restored where it differs, never trusted.
+        write_synced(repo.git_dir / _MARK, f"{tree} {_boot_id()}\n".encode("ascii"), sync=False)
 
     @staticmethod
     def _clear_mark(repo: ShadowRepo) -> None:
