@@ -20,6 +20,7 @@ from durable_agent.activities.support import heartbeating, usage_error
 from durable_agent.activities.tools.tool import Tool
 from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees, restore_tree
 from durable_agent.activities.workspaces.copies import WorkspaceCopies
+from durable_agent.activities.workspaces.sources import checkout_ref, default_root, fetched, run_folder
 from durable_agent.config import AgentConfig, ModelPrices, model_prices
 from durable_agent.core.activity_api import RESOLVE_RUN, ResolveInput
 from durable_agent.core.canonical import canonical_bytes
@@ -29,6 +30,7 @@ from durable_agent.core.output_schema import DEFAULT_OUTPUT_RETRIES, FINAL_RESUL
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_api import RunSettings
+from durable_agent.core.run_workspace import GitSource, TreeSource
 from durable_agent.core.subagents import TASK_SPEC, SubagentOrigin, SubagentPlan, task_description
 from durable_agent.core.tool_specs import (
     MCP_PREFIX,
@@ -114,17 +116,25 @@ class RunPlanner:
             raise usage_error(
                 f"model {model!r}: provider {provider!r} is not configured (configured: {known})"
             )
-        workspace = Path(run.workspace) if run.workspace else config.default_workspace
-        workspace = workspace.expanduser().resolve()
-        if not workspace.is_dir():
-            raise usage_error(f"workspace {str(workspace)!r} is not a folder on this worker")
         sink = run.export_sink or config.default_sink
         if sink is None:
             raise usage_error("no export sink: set export_sink or default_sink in the worker config")
         if sink not in self.sinks:
             known = ", ".join(sorted(self.sinks)) or "none"
             raise usage_error(f"export sink {sink!r} is not configured (configured: {known})")
-        if inp.workspace_tree is not None and self.workspace_trees is not None:
+        if isinstance(run.workspace, (GitSource, TreeSource)):
+            # the run's own folder, made from its source (or, resumed, from its checkpoint's tree)
+            workspace = await self._made(run.workspace, sink, inp)
+        else:
+            workspace = Path(run.workspace) if run.workspace else config.default_workspace
+            workspace = workspace.expanduser().resolve()
+            if not workspace.is_dir():
+                raise usage_error(f"workspace {str(workspace)!r} is not a folder on this worker")
+        if (
+            inp.workspace_tree is not None
+            and self.workspace_trees is not None
+            and not isinstance(run.workspace, (GitSource, TreeSource))
+        ):
             if inp.restore_workspace and self.copies is not None and not self.copies.shared:
                 await self._restore_workspace(workspace, inp.workspace_tree, sink)
             else:
@@ -279,6 +289,30 @@ class RunPlanner:
                 f"the workspace's files differ from the checkpoint's (tree {tree}): {shown} (restore "
                 "them with `durable-agent resume --restore-workspace`, or resume with force_resume to go on)"
             )
+
+    async def _made(self, source: GitSource | TreeSource, sink: str, inp: ResolveInput) -> Path:
+        """A run's own folder under ``[workspaces] root``, made from its source: a git ref's
+        files, or a tree restored from the sink; a resumed or rewound run's from its checkpoint's
+        tree (``activities/workspaces/sources.py``)."""
+        copies, trees = self.copies, self.workspace_trees
+        if copies is None or trees is None or copies.shared or trees.object_sink(sink) is None:
+            raise usage_error(
+                "a workspace made from a source follows its run: it needs [workspaces] follow = true, "
+                "shared = false, [workspace_checkpoints] on and an export sink that holds trees"
+            )
+        root = default_root(self.config.workspaces)
+        folder = await asyncio.to_thread(run_folder, root, inp.session_id, inp.run_id)
+        tree = inp.workspace_tree or (source.tree if isinstance(source, TreeSource) else None)
+        try:
+            if tree is not None:
+                await self._restore_workspace(folder, tree, sink)
+            else:
+                assert isinstance(source, GitSource)
+                cache = await heartbeating(asyncio.to_thread(fetched, root, source))
+                await asyncio.to_thread(checkout_ref, cache, source.ref, folder)
+        except WorkspaceTreeError as exc:
+            raise usage_error(f"the run's workspace could not be made from {source!r}: {exc}") from None
+        return folder.resolve()
 
     async def _restore_workspace(self, workspace: Path, tree: str, sink: str) -> None:
         """A rewound run's copy on this machine made the turn's tree (the rewind restored it on

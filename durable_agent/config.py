@@ -554,6 +554,10 @@ class WorkspacesConfig(_Strict):
     # How long a call waits on the run's host's own task queue before any worker takes the run
     # over (restoring its copy): the host is busy or gone.
     host_wait_seconds: float = Field(5.0, gt=0, le=600)
+    # Where a run's own folder is made, for a workspace from a source (`{git = ..., ref = ...}`,
+    # `{tree = ...}`): `<root>/<session>/<run>`, and `<root>/.git-cache` the machine's mirrors.
+    # The same path on every worker. Default: `$XDG_STATE_HOME/durable-agent/workspaces`.
+    root: Path | None = None
 
 
 class WebFetchConfig(_Strict):

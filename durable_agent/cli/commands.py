@@ -178,6 +178,14 @@ def _add_run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run = sub.add_parser("run", help="start a run on a running worker")
     run.add_argument("--prompt", required=True)
     _run_options(run)
+    # a workspace the worker makes the run's own (docs/workspaces.md), instead of --workspace
+    source = run.add_mutually_exclusive_group()
+    source.add_argument(
+        "--git", metavar="URL", help="a repository (a URL, or a path on the worker's machine)"
+    )
+    source.add_argument("--from-tree", metavar="TREE", help="a tree id an earlier run recorded (a fork)")
+    source.add_argument("--from-export", metavar="EXPORT", help="the workspace tree an export file recorded")
+    run.add_argument("--ref", default="HEAD", help="with --git: a branch, a tag or a commit (default: HEAD)")
     resume = sub.add_parser("resume", help="start a new run that goes on from an export file")
     resume.add_argument(
         "export", metavar="EXPORT", help="a file the filesystem sink wrote, or pg:SESSION/RUN/TURN (--sink)"

@@ -52,11 +52,44 @@ async def _run(args: argparse.Namespace, run: AgentRunInput) -> int:
     return 0 if result is not None and result.status == "completed" else 1
 
 
+def workspace_source(args: argparse.Namespace) -> dict[str, str] | None:
+    """``run``'s ``--git``/``--ref``, ``--from-tree`` or ``--from-export`` as the input's workspace
+    source (None: none given).
+
+    Raises:
+        ValueError: ``--workspace`` given too, or the export recorded no tree (or cannot be read:
+            ``ExportError``, ``OSError``).
+    """
+    git, tree, export = (getattr(args, name, None) for name in ("git", "from_tree", "from_export"))
+    if git is None and tree is None and export is None:
+        return None
+    if args.workspace:
+        raise ValueError(
+            "--workspace names a folder: it does not go with --git, --from-tree or --from-export"
+        )
+    if git is not None:
+        return {"git": git, "ref": args.ref}
+    if export is not None:
+        from durable_agent.cli.exports import read_export_ref
+        from durable_agent.core.export import workspace_tree_of
+
+        tree = workspace_tree_of(read_export_ref(export, args.sink).open().source_run().events)
+        if tree is None:
+            raise ValueError(f"{export} recorded no workspace tree")
+    assert tree is not None
+    return {"tree": tree}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Start an ``AgentRun`` (``run``, or ``resume`` from an export); follow it unless ``--no-follow``."""
+    try:
+        source = workspace_source(args)
+    except (OSError, ValueError) as exc:  # ExportError and pydantic's ValidationError are ValueErrors
+        err(f"{args.command}: {one_line(exc)}")
+        return 2
     fields: dict[str, Any] = {
         "prompt": getattr(args, "prompt", None),
-        "workspace": workspace_arg(args.workspace),
+        "workspace": source or workspace_arg(args.workspace),
         "model": args.model,
         "session_id": args.session_id,
         "export_sink": args.sink,

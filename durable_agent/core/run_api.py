@@ -8,7 +8,7 @@ field is never renamed or removed while histories that carry it may replay.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, NewType
+from typing import Annotated, Any, Literal, NewType
 
 from pydantic import (
     BaseModel,
@@ -49,7 +49,7 @@ from durable_agent.core.output_schema import check_output_schema
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_log import ExportSeed, LogRef
-from durable_agent.core.run_workspace import RunWorkspace
+from durable_agent.core.run_workspace import GitSource, RunWorkspace, TreeSource
 from durable_agent.core.subagents import ChildRun, SubagentOrigin
 
 WORKFLOW_TYPE = "AgentRun"
@@ -89,7 +89,12 @@ class RunSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    workspace: str | None = Field(None, min_length=1, description="A folder on the worker's machine.")
+    workspace: Annotated[str, Field(min_length=1)] | GitSource | TreeSource | None = Field(
+        None,
+        union_mode="left_to_right",
+        description="A folder on the worker's machine; or a source the worker makes the run's own "
+        'folder from: {"git": URL or path, "ref": "main"}, or {"tree": a tree id of an earlier run}.',
+    )
     model: QualifiedModel | None = Field(
         None, description='"provider/model"; default from the worker config.'
     )

@@ -8,11 +8,27 @@ newest tree its calls recorded, for its result's change set.
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from durable_agent.core.models import Frozen, WorkspaceChange, WorkspaceState
 
-__all__ = ["HOST_QUEUE_INFIX", "RunWorkspace", "host_queue"]
+__all__ = ["HOST_QUEUE_INFIX", "GitSource", "RunWorkspace", "TreeSource", "host_queue"]
 
 HOST_QUEUE_INFIX = "/host/"
+
+
+class GitSource(Frozen):
+    """A run's workspace made from a git repository: its ``ref``'s files in a folder of the run's
+    own under ``[workspaces] root`` (``activities/workspaces/sources.py``)."""
+
+    git: str = Field(min_length=1, description="The repository: a URL, or a path on the worker's machine.")
+    ref: str = Field("HEAD", min_length=1, description="A branch, a tag or a commit.")
+
+
+class TreeSource(Frozen):
+    """A run's workspace made from a tree of an earlier run (a fork), read from the run's sink."""
+
+    tree: str = Field(pattern=r"^[0-9a-f]{40}$", description="A tree id an earlier run recorded.")
 
 
 def host_queue(task_queue: str, host: str) -> str:

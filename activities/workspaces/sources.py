@@ -1,0 +1,147 @@
+"""Run workspaces a worker makes from a source (docs/workspaces.md): a folder of the run's own
+under ``[workspaces] root``, holding a git repository's ref or a tree of an earlier run.
+
+``workspace = {git = "<url or path>", ref = "main"}``: the repository is fetched into a cache of
+bare mirrors on this machine (``<root>/.git-cache/<digest of the url>.git``: cloned once, fetched
+again for each run, its objects shared by every run from it), and the ref's tree is written into
+the run's folder with ``git read-tree -u`` on an index of its own, so the folder holds the files
+and no ``.git``. ``workspace = {tree = "<tree id>"}``: the tree is restored from the run's sink,
+as any machine restores a run's copy (a fork of an earlier run: its final tree, or any
+boundary's).
+
+Only the protocols ``GIT_ALLOW_PROTOCOL`` names are fetched (file, git, http, https, ssh: never
+``ext::``, which runs a command), a url is never read as an option, git asks for no password and
+reads no user or system settings: credentials come from the worker's environment alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from durable_agent.activities.store.session_store import safe_name
+from durable_agent.activities.workspace_tree import WorkspaceTreeError
+from durable_agent.config import WorkspacesConfig
+from durable_agent.core.run_workspace import GitSource
+
+__all__ = ["checkout_ref", "default_root", "fetched", "run_folder"]
+
+_ENV = {
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
+    "LC_ALL": "C",
+}
+
+
+def default_root(config: WorkspacesConfig) -> Path:
+    """``[workspaces] root``, or ``$XDG_STATE_HOME/durable-agent/workspaces``."""
+    if config.root is not None:
+        return config.root
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "durable-agent" / "workspaces"
+
+
+def run_folder(root: Path, session_id: str, run_id: str) -> Path:
+    """A run's own folder under ``root`` (``<session>/<run>``; its children's below its own).
+
+    Args:
+        root: ``[workspaces] root``.
+        session_id: The run's session.
+        run_id: The run.
+
+    Returns:
+        The folder, made.
+    """
+    folder = root / safe_name(session_id) / safe_name(run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _git(*args: str, git_dir: Path | None = None, env: dict[str, str] | None = None) -> str:
+    full = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
+    full.update(_ENV)
+    full.update(env or {})
+    command = ["git", *([f"--git-dir={git_dir}"] if git_dir is not None else []), *args]
+    try:
+        done = subprocess.run(command, capture_output=True, env=full, check=False)
+    except OSError as exc:
+        raise WorkspaceTreeError(f"cannot run git: {exc}") from None
+    if done.returncode != 0:
+        message = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise WorkspaceTreeError(f"git {args[0]} failed: {message[-1] if message else done.returncode}")
+    return done.stdout.decode("utf-8", "replace").strip()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One fetch of a mirror at a time on this machine, whatever process asks."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def fetched(root: Path, source: GitSource) -> Path:
+    """The machine's mirror of ``source``'s repository, fetched now (cloned the first time).
+
+    Args:
+        root: ``[workspaces] root``.
+        source: The repository and ref.
+
+    Returns:
+        The mirror's folder.
+
+    Raises:
+        WorkspaceTreeError: git could not clone or fetch it (the message says why).
+    """
+    key = hashlib.sha256(source.git.encode("utf-8")).hexdigest()[:32]
+    cache = root / ".git-cache" / f"{key}.git"
+    with _locked(cache.with_suffix(".lock")):
+        if (cache / "HEAD").exists():
+            _git("fetch", "--quiet", "--prune", "origin", git_dir=cache)
+        else:
+            partial = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".partial", dir=cache.parent))
+            try:
+                _git("clone", "--quiet", "--mirror", "--", source.git, str(partial / "repo.git"))
+                (partial / "repo.git").rename(cache)  # whole or not at all, for the next run
+            finally:
+                shutil.rmtree(partial, ignore_errors=True)
+    return cache
+
+
+def checkout_ref(cache: Path, ref: str, folder: Path) -> str:
+    """Write the files of ``ref``'s tree into ``folder`` (an index of its own, no ``.git``).
+
+    Args:
+        cache: The mirror (``fetched``).
+        ref: A branch, a tag or a commit.
+        folder: The run's folder.
+
+    Returns:
+        The ref's tree id.
+
+    Raises:
+        WorkspaceTreeError: The mirror has no such ref.
+    """
+    if ref.startswith("-"):
+        raise WorkspaceTreeError(f"ref {ref!r} is not a branch, a tag or a commit")
+    try:
+        tree = _git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{tree}}", git_dir=cache)
+    except WorkspaceTreeError:
+        raise WorkspaceTreeError(f"the repository has no ref {ref!r}") from None
+    with tempfile.TemporaryDirectory(prefix="index-") as scratch:
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index"), "GIT_WORK_TREE": str(folder)}
+        _git("read-tree", "--reset", "-u", tree, git_dir=cache, env=env)
+    return tree

@@ -1,0 +1,145 @@
+"""A run's workspace made from a source (``activities/workspaces/sources.py``): a git repository's
+ref cloned through the machine's mirror into the run's own folder, and a tree of an earlier run
+(a fork); refused clearly when the source cannot be had."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+
+from durable_agent.activities import AgentActivities
+from durable_agent.cli.commands import build_parser
+from durable_agent.cli.run_commands import workspace_source
+from durable_agent.client import start_run
+from durable_agent.core.events import EventRecord, ToolEndEvent
+from durable_agent.core.failures import INVALID_RUN_INPUT
+from durable_agent.core.run_api import AgentRunInput
+from durable_agent.core.run_workspace import GitSource, TreeSource
+from tests.helpers import final, running_worker, scripted_config, tool_call
+
+GIT = ["git", "-c", "user.email=test@example.com", "-c", "user.name=test", "-c", "init.defaultBranch=main"]
+
+
+def repository(tmp: Path) -> tuple[Path, str]:
+    """A bare repository with a ``main`` branch of two files; and ``main``'s tree."""
+    work = tmp / "work"
+    work.mkdir()
+    (work / "a.txt").write_text("one\n")
+    (work / "src").mkdir()
+    (work / "src" / "app.py").write_text("print('app')\n")
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "first"]):
+        subprocess.run([*GIT, *args], cwd=work, check=True)
+    bare = tmp / "origin.git"
+    subprocess.run([*GIT, "clone", "-q", "--bare", str(work), str(bare)], check=True)
+    tree = subprocess.run(
+        ["git", "--git-dir", str(bare), "rev-parse", "main^{tree}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return bare, tree
+
+
+def config_for(tmp: Path, responses: list[dict[str, Any]]) -> Any:
+    tmp.mkdir(exist_ok=True)
+    return scripted_config(
+        tmp,
+        responses,
+        permissions={"allow": ["read(**)", "write(**)", "bash"], "default": "deny"},
+        workspaces={"root": str(tmp / "workspaces")},
+    )
+
+
+async def events_of(client: Client, workflow_id: str) -> list[Any]:
+    handle = client.get_workflow_handle(workflow_id)
+    records: list[EventRecord] = await handle.query("events", 0, result_type=list[EventRecord])
+    return [r.event for r in records]
+
+
+async def test_a_run_from_a_git_ref_and_a_second_from_its_final_tree(client: Client, tmp_path: Path) -> None:
+    bare, main_tree = repository(tmp_path)
+    first = config_for(
+        tmp_path / "one",
+        [
+            tool_call("w1", "write", file_path="new.txt", content="written by the first run\n"),
+            tool_call("b1", "bash", command="ls -a; sed -i s/one/two/ a.txt"),
+            final("done"),
+        ],
+    )
+    async with running_worker(client, AgentActivities(first)) as queue:
+        run = AgentRunInput(prompt="edit", workspace=GitSource(git=str(bare), ref="main"))
+        result = await (await start_run(client, run, queue=queue)).result()
+        events = await events_of(client, result.session_id)
+    assert result.status == "completed", result.error
+    change = result.workspace
+    assert change is not None and change.base == main_tree and change.final not in (None, main_tree)
+    assert set(change.files) == {"a.txt", "new.txt"} and "+two" in change.diff, change
+    listing = next(e for e in events if isinstance(e, ToolEndEvent) and e.id == "b1").output
+    assert ".git" not in listing.split() and "src" in listing.split()  # the files, not a clone
+    # the run's own folder under the root, and the machine's mirror beside the runs' folders
+    root = tmp_path / "one" / "workspaces"
+    assert (root / ".git-cache").is_dir() and len(list((root / ".git-cache").glob("*.git"))) == 1
+    [folder] = [p for p in root.glob("*/*") if p.is_dir() and ".git-cache" not in p.parts]
+    assert (folder / "a.txt").read_text() == "two\n"
+
+    # ``durable-agent run --from-export`` names that tree from the first run's newest export file
+    newest = sorted((tmp_path / "one" / "exports").rglob("turn-*.json"))[-1]
+    parsed = build_parser().parse_args(["run", "--prompt", "go on", "--from-export", str(newest)])
+    assert workspace_source(parsed) == {"tree": change.final}
+
+    # a fork: a second run starts from the first's final tree, read from the sink
+    second = config_for(
+        tmp_path / "one",  # the same sink holds the first run's objects
+        [tool_call("r1", "read", file_path="new.txt"), final("read")],
+    )
+    async with running_worker(client, AgentActivities(second)) as queue:
+        assert change.final is not None
+        run = AgentRunInput(prompt="go on", workspace=TreeSource(tree=change.final))
+        forked = await (await start_run(client, run, queue=queue)).result()
+        events = await events_of(client, forked.session_id)
+    assert forked.status == "completed", forked.error
+    assert forked.workspace is not None and forked.workspace.base == change.final
+    read = next(e for e in events if isinstance(e, ToolEndEvent) and e.id == "r1")
+    assert "written by the first run" in read.output
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        (GitSource(git="ORIGIN", ref="no-such-branch"), "no ref 'no-such-branch'"),
+        (GitSource(git="ext::sh -c touch% /tmp/pwned"), "git clone failed"),
+        (TreeSource(tree="0" * 40), "does not hold tree"),
+    ],
+)
+async def test_a_source_that_cannot_be_had_refuses_the_run_with_the_reason(
+    client: Client, tmp_path: Path, source: GitSource | TreeSource, said: str
+) -> None:
+    bare, _ = repository(tmp_path)
+    if isinstance(source, GitSource) and source.git == "ORIGIN":
+        source = source.model_copy(update={"git": str(bare)})
+    config = config_for(tmp_path, [final("never")])
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start_run(client, AgentRunInput(prompt="edit", workspace=source), queue=queue)
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+    cause = info.value.cause
+    assert getattr(cause, "type", None) == INVALID_RUN_INPUT
+    assert said in str(cause), cause
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_the_run_command_takes_a_source_instead_of_a_folder() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["run", "--prompt", "p", "--git", "/srv/repo.git", "--ref", "main"])
+    assert workspace_source(args) == {"git": "/srv/repo.git", "ref": "main"}
+    args = parser.parse_args(["run", "--prompt", "p", "--from-tree", "a" * 40])
+    assert workspace_source(args) == {"tree": "a" * 40}
+    assert workspace_source(parser.parse_args(["run", "--prompt", "p", "--workspace", "/w"])) is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--prompt", "p", "--git", "x", "--from-tree", "a" * 40])
+    with pytest.raises(ValueError, match="does not go with"):
+        workspace_source(parser.parse_args(["run", "--prompt", "p", "--git", "x", "--workspace", "/w"]))
