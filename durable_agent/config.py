@@ -558,6 +558,9 @@ class WorkspacesConfig(_Strict):
     # `{tree = ...}`): `<root>/<session>/<run>`, and `<root>/.git-cache` the machine's mirrors.
     # The same path on every worker. Default: `$XDG_STATE_HOME/durable-agent/workspaces`.
     root: Path | None = None
+    # A run's own folder (and its shadow repository) unused for this long is removed from the
+    # machine: the run, should it act again, restores it from its sink. None: kept for ever.
+    keep_hours: float | None = Field(168.0, gt=0)
 
 
 class WebFetchConfig(_Strict):

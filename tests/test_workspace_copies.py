@@ -4,6 +4,8 @@ without Temporal: the fast path, the restore, the host's say, a call cut short, 
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from durable_agent.activities.sinks import FilesystemExportSink
 from durable_agent.activities.workspace_tree import WorkspaceTrees
 from durable_agent.activities.workspaces import copies as copies_module
-from durable_agent.activities.workspaces.copies import WorkspaceCopies
+from durable_agent.activities.workspaces.copies import WorkspaceCopies, sweep
 from durable_agent.config import WorkspaceCheckpointsConfig
 
 
@@ -123,3 +125,32 @@ async def test_calls_at_one_tree_share_the_copy_and_a_call_at_another_waits_for_
     held = await asyncio.wait_for(waiting, 10)
     assert held is not None and (ws / "late.txt").exists()
     await a.leave(held, "s", record=False)
+
+
+async def test_a_run_s_own_folder_unused_for_keep_hours_is_removed_and_comes_back_from_the_sink(
+    tmp_path: Path, sink: FilesystemExportSink
+) -> None:
+    trees = WorkspaceTrees(WorkspaceCheckpointsConfig(path=tmp_path / "shadow"), {"s": sink})
+    a = WorkspaceCopies(trees, "host-a")
+    root = tmp_path / "root"
+    old, recent, busy = (root / "session" / name for name in ("old", "recent", "busy"))
+    marks = {}
+    for folder in (old, recent, busy):
+        folder.mkdir(parents=True)
+        marks[folder.name] = await started(a, folder)
+    (root / ".git-cache" / "x.git").mkdir(parents=True)  # the mirrors are not runs' folders
+    held = await a.enter(busy, marks["busy"], "s", host=a.host, take_over=False, changes=False)
+    assert held is not None
+    now = time.time()
+    for folder in (old, busy):  # last used three hours ago
+        for path in (folder, a.trees.repo(folder).git_dir):
+            os.utime(path, (now - 3 * 3600, now - 3 * 3600))
+    assert sweep(a, root, keep_hours=2, now=now) == [old]
+    assert not old.exists() and not a.trees.repo(old).git_dir.exists()
+    assert recent.exists() and busy.exists() and (root / ".git-cache" / "x.git").exists()
+    await a.leave(held, "s", record=False)
+    # the run acts again: its copy is made again from the sink
+    old.mkdir(parents=True)
+    back = await a.enter(old, marks["old"], "s", host=a.host, take_over=False, changes=False)
+    assert back is not None and files(old) == {"a.txt": "a\n"}
+    await a.leave(back, "s", record=False)

@@ -31,9 +31,11 @@ worker with ``take_over`` (docs/workspaces.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
+import shutil
 import socket
 import time
 import uuid
@@ -50,7 +52,7 @@ from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTreeErr
 from durable_agent.core.failures import WORKSPACE_NOT_RECORDED, WORKSPACE_NOT_RESTORED
 from durable_agent.core.models import WorkspaceRestore, WorkspaceState
 
-__all__ = ["Held", "WorkspaceCopies", "entered", "left", "new_host_id", "restore_note"]
+__all__ = ["Held", "WorkspaceCopies", "entered", "left", "new_host_id", "restore_note", "sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +183,8 @@ class WorkspaceCopies:
         folder = workspace.resolve()
         copy = self._copies.setdefault(folder, _Copy())
         repo = self.trees.repo(folder)
+        with contextlib.suppress(OSError):  # the copy's last use, for ``sweep``: on our shadow, not
+            os.utime(repo.git_dir)  # on the workspace's own folder
         async with copy.ready:
             await copy.ready.wait_for(lambda: copy.running == 0 or copy.tree == tree)
             restored: WorkspaceRestore | None = None
@@ -260,6 +264,43 @@ class WorkspaceCopies:
             reason="moved" if moved else "diverged",
             replaced=None if replaced == tree else replaced,
         )
+
+
+def sweep(copies: WorkspaceCopies, root: Path, keep_hours: float, now: float | None = None) -> list[Path]:
+    """Remove the runs' own folders under ``root`` (``<root>/<session>/<run>``, made from a source)
+    unused for ``keep_hours``, with their shadow repositories: a run that acts again restores its
+    copy from its sink. A folder a call of this process holds is kept.
+
+    Args:
+        copies: This worker's copies (their shadow repositories, the calls running).
+        root: ``[workspaces] root``.
+        keep_hours: How long an unused folder stays.
+        now: The time to measure from (default: now).
+
+    Returns:
+        The folders removed.
+    """
+    limit = (time.time() if now is None else now) - keep_hours * 3600
+    removed = []
+    for folder in sorted(root.glob("*/*")):
+        if folder.parts[-2].startswith(".") or not folder.is_dir():
+            continue  # the mirrors of repositories (``.git-cache``)
+        held = copies._copies.get(folder.resolve())
+        shadow = copies.trees.repo(folder).git_dir
+        try:
+            used = max(folder.stat().st_mtime, shadow.stat().st_mtime if shadow.exists() else 0.0)
+        except OSError:
+            continue
+        if (held is not None and held.running) or used > limit:
+            continue
+        shutil.rmtree(shadow, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()  # the session's folder, once its last run's is gone
+        removed.append(folder)
+    if removed:
+        log.info("removed %d run workspaces unused for %g hours under %s", len(removed), keep_hours, root)
+    return removed
 
 
 async def entered(

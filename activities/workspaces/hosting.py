@@ -11,7 +11,9 @@ those activities, started before the worker polls and stopped after it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 
@@ -19,6 +21,8 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker
 
 from durable_agent.activities.agent import AgentActivities
+from durable_agent.activities.workspaces.copies import sweep
+from durable_agent.activities.workspaces.sources import default_root
 from durable_agent.core.run_workspace import HOST_QUEUE_INFIX, host_queue
 
 __all__ = ["WorkspaceHosting", "hosting", "is_host_queue"]
@@ -26,6 +30,9 @@ __all__ = ["WorkspaceHosting", "hosting", "is_host_queue"]
 # the shared queue's heartbeat throttle (``plugin.HEARTBEAT_THROTTLE``): a host that dies is
 # noticed a heartbeat timeout after its last beat, as on the shared queue
 _HEARTBEAT_THROTTLE = timedelta(seconds=1)
+_SWEEP_SECONDS = 3600  # how often the runs' unused folders are looked for
+
+log = logging.getLogger(__name__)
 
 
 def is_host_queue(task_queue: str) -> bool:
@@ -58,8 +65,30 @@ async def hosting(worker: Worker, activities: AgentActivities) -> AsyncIterator[
         graceful_shutdown_timeout=graceful,
         max_heartbeat_throttle_interval=_HEARTBEAT_THROTTLE,
     )
-    async with host:
-        yield host
+    sweeping = asyncio.create_task(_sweeping(activities))
+    try:
+        async with host:
+            yield host
+    finally:
+        sweeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeping
+
+
+async def _sweeping(activities: AgentActivities) -> None:
+    """While the worker runs: every hour, the runs' own folders unused for ``[workspaces]
+    keep_hours`` removed from this machine (``copies.sweep``)."""
+    config = activities.config.workspaces
+    copies = activities.copies
+    if config.keep_hours is None or copies is None:
+        return
+    root = default_root(config)
+    while True:
+        try:
+            await asyncio.to_thread(sweep, copies, root, config.keep_hours)
+        except OSError as exc:  # a root not made yet, a folder not ours: tried again later
+            log.warning("run workspaces under %s not swept: %s", root, exc)
+        await asyncio.sleep(_SWEEP_SECONDS)
 
 
 class WorkspaceHosting(SimplePlugin):
