@@ -147,7 +147,12 @@ class AgentActivities:
         # a run's workspace kept at the run's tree on this machine, whatever machine it was on
         # (docs/workspaces.md): this worker's id as a run's host, and its own task queue
         self.copies = (
-            WorkspaceCopies(self.workspace_trees, new_host_id(), shared=config.workspaces.shared)
+            WorkspaceCopies(
+                self.workspace_trees,
+                new_host_id(),
+                shared=config.workspaces.shared,
+                max_bytes=config.workspaces.max_bytes,
+            )
             if config.workspaces.follow and config.workspace_checkpoints.enabled
             else None
         )

@@ -36,6 +36,7 @@ from durable_agent.activities.tools import process
 from durable_agent.activities.tools.sandbox import sandbox_problem
 from durable_agent.activities.tools.scratch import prepare_call
 from durable_agent.activities.tools.tool import ToolFailure
+from durable_agent.activities.workspace_tree import WorkspaceTooLarge
 from durable_agent.activities.workspaces.copies import Held, WorkspaceCopies, entered, left
 from durable_agent.config import SandboxConfig
 from durable_agent.core.activity_api import HOOK
@@ -97,7 +98,11 @@ class HookCalls:
         update: dict[str, Any] = {}
         if copies is not None and held is not None:
             # a hook may change files: the tree it left, its objects in the sink, before it returns
-            state = await left(copies, held, inp.sink, self.redact)
+            try:
+                state = await left(copies, held, inp.sink, self.redact)
+            except WorkspaceTooLarge as exc:  # the hook's changes undone: recorded as its error
+                update.update(decision="error", reason=f"{exc}: the hook's changes to files were undone")
+                state = None
             update.update(workspace=state, host=copies.host, restored=held.restored)
         return outcome.model_copy(
             update={

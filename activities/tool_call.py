@@ -18,7 +18,7 @@ from durable_agent.activities.store.session_store import SessionStore
 from durable_agent.activities.support import heartbeating, state_missing
 from durable_agent.activities.tools.path_guard import READ_DENIED, check_resolved, read_denier
 from durable_agent.activities.tools.tool import CURRENT_CALL, Tool, ToolContent, ToolFailure
-from durable_agent.activities.workspace_tree import WorkspaceTrees
+from durable_agent.activities.workspace_tree import WorkspaceTooLarge, WorkspaceTrees
 from durable_agent.activities.workspaces.copies import WorkspaceCopies, entered, left, restore_note
 from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
 from durable_agent.core.models import ImageBlock, Message
@@ -95,7 +95,17 @@ class ToolCalls:
             await copies.leave(held, None, record=False)
             raise
         recorded = changes and output.permission is None
-        state = await left(copies, held, inp.sink, self.redact, record=recorded)
+        try:
+            state = await left(copies, held, inp.sink, self.redact, record=recorded)
+        except WorkspaceTooLarge as exc:
+            return ToolOutput(
+                content=f"{output.content}\n\n[{exc}: the call's changes to files were undone, "
+                "nothing was recorded. Remove or leave out (.gitignore) large files, then try again.]",
+                is_error=True,
+                host=copies.host,
+                restored=held.restored,
+                completed_at_ms=int(time.time() * 1000),
+            )
         update: dict[str, Any] = {
             "completed_at_ms": int(time.time() * 1000),
             "host": copies.host,

@@ -47,6 +47,7 @@ from durable_agent.core.models import WorkspaceState
 __all__ = [
     "Fetched",
     "ShadowRepo",
+    "WorkspaceTooLarge",
     "WorkspaceTreeError",
     "WorkspaceTrees",
     "default_shadow_root",
@@ -86,6 +87,17 @@ _locks_guard = threading.Lock()
 
 class WorkspaceTreeError(DurableAgentError):
     """The workspace could not be recorded, or a tree rebuilt (git failed, objects missing)."""
+
+
+class WorkspaceTooLarge(WorkspaceTreeError):
+    """A call left the workspace larger than ``[workspaces] max_bytes``: nothing was recorded."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"the workspace's files would be {size:,} bytes, over [workspaces] max_bytes={limit:,}"
+        )
+        self.size = size
+        self.limit = limit
 
 
 def default_shadow_root() -> Path:
@@ -301,6 +313,16 @@ class ShadowRepo:
                 out.add(name)
                 total -= size
         return sorted(out)
+
+    def tree_bytes(self, tree: str) -> int:
+        """The size of the files ``tree`` holds (its blobs, as files)."""
+        listed = self.git("ls-tree", "-r", "-l", "-z", tree)
+        total = 0
+        for entry in listed.split(b"\0"):
+            size = entry.split(b"\t", 1)[0].split()[-1:] if entry else []
+            if size and size[0].isdigit():  # a submodule's entry has "-"
+                total += int(size[0])
+        return total
 
     def objects_since(self, tree: str, since: str | None) -> list[str]:
         """The ids of ``tree`` and of the objects under it, less those ``since`` holds at the same
@@ -566,7 +588,7 @@ class WorkspaceTrees:
         return sink if isinstance(sink, ObjectSink) else None
 
     async def record(
-        self, workspace: Path, sink_name: str | None, *, strict: bool = False
+        self, workspace: Path, sink_name: str | None, *, strict: bool = False, max_bytes: int | None = None
     ) -> WorkspaceState | None:
         """Record ``workspace`` and send its new objects to the sink ``sink_name``.
 
@@ -575,6 +597,7 @@ class WorkspaceTrees:
             sink_name: The run's export sink (None: a workflow that does not say; nothing is recorded).
             strict: A run whose workspace follows it: a failure raises instead, since the run
                 could not find the files again on another machine.
+            max_bytes: The most the workspace's files may hold; past it nothing is sent.
 
         Returns:
             The tree (and the files left out of it), or None: recording is off, the sink holds no
@@ -583,6 +606,7 @@ class WorkspaceTrees:
         Raises:
             WorkspaceTreeError: With ``strict``: the workspace was not recorded, or the sink did
                 not take its objects.
+            WorkspaceTooLarge: Past ``max_bytes``.
         """
         sink = self.object_sink(sink_name) if self.config.enabled else None
         if sink is None or sink_name is None:
@@ -595,6 +619,11 @@ class WorkspaceTrees:
         repo = self.repo(workspace)
         try:
             recorded = await asyncio.to_thread(repo.record)
+            if (
+                max_bytes is not None
+                and (size := await asyncio.to_thread(repo.tree_bytes, recorded.tree)) > max_bytes
+            ):
+                raise WorkspaceTooLarge(size, max_bytes)
             since = await asyncio.to_thread(repo.pushed_to, sink_name)
             if since is not None and since != recorded.tree and await sink.missing_objects([since]):
                 # gone from the sink (``durable-agent gc`` took a tree no export kept): send again
@@ -607,6 +636,8 @@ class WorkspaceTrees:
                     await sink.put_objects(await asyncio.to_thread(repo.loose, missing))
             if since != recorded.tree:
                 await asyncio.to_thread(repo.mark_pushed, sink_name, recorded.tree)
+        except WorkspaceTooLarge:
+            raise
         except (WorkspaceTreeError, OSError) as exc:
             if strict:
                 raise WorkspaceTreeError(f"workspace {workspace} was not recorded: {exc}") from None

@@ -561,6 +561,9 @@ class WorkspacesConfig(_Strict):
     # A run's own folder (and its shadow repository) unused for this long is removed from the
     # machine: the run, should it act again, restores it from its sink. None: kept for ever.
     keep_hours: float | None = Field(168.0, gt=0)
+    # The most a run's workspace may hold (its files in its tree): a call that leaves it larger
+    # is a tool error, its changes undone and nothing recorded. None: no bound.
+    max_bytes: int | None = Field(None, gt=0)
 
 
 class WebFetchConfig(_Strict):

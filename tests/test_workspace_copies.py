@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from durable_agent.activities.sinks import FilesystemExportSink
-from durable_agent.activities.workspace_tree import WorkspaceTrees
+from durable_agent.activities.workspace_tree import WorkspaceTooLarge, WorkspaceTrees
 from durable_agent.activities.workspaces import copies as copies_module
 from durable_agent.activities.workspaces.copies import WorkspaceCopies, sweep
 from durable_agent.config import WorkspaceCheckpointsConfig
@@ -154,3 +154,29 @@ async def test_a_run_s_own_folder_unused_for_keep_hours_is_removed_and_comes_bac
     back = await a.enter(old, marks["old"], "s", host=a.host, take_over=False, changes=False)
     assert back is not None and files(old) == {"a.txt": "a\n"}
     await a.leave(back, "s", record=False)
+
+
+async def test_a_call_that_leaves_the_workspace_past_max_bytes_is_undone_and_nothing_is_recorded(
+    tmp_path: Path, sink: FilesystemExportSink
+) -> None:
+    trees = WorkspaceTrees(WorkspaceCheckpointsConfig(path=tmp_path / "shadow"), {"s": sink})
+    a = WorkspaceCopies(trees, "host-a", max_bytes=1000)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    base = await started(a, ws)
+    held = await a.enter(ws, base, "s", host=a.host, take_over=False, changes=True)
+    assert held is not None
+    (ws / "big.bin").write_bytes(b"x" * 5000)
+    (ws / "a.txt").write_text("changed\n")
+    before = {p.name for p in (tmp_path / "sink" / "~objects").rglob("*") if p.is_file()}
+    with pytest.raises(WorkspaceTooLarge, match="max_bytes=1,000"):
+        await a.leave(held, "s", record=True)
+    assert files(ws) == {"a.txt": "a\n"}  # back at the tree the call started at
+    assert a.mark_of(a.trees.repo(ws)) == base
+    assert {p.name for p in (tmp_path / "sink" / "~objects").rglob("*") if p.is_file()} == before
+    # the next call goes on from there, within the bound
+    again = await a.enter(ws, base, "s", host=a.host, take_over=False, changes=True)
+    assert again is not None and again.restored is None
+    (ws / "small.txt").write_text("fits\n")
+    after = await a.leave(again, "s", record=True)
+    assert after is not None and after.tree != base

@@ -143,3 +143,26 @@ def test_the_run_command_takes_a_source_instead_of_a_folder() -> None:
         parser.parse_args(["run", "--prompt", "p", "--git", "x", "--from-tree", "a" * 40])
     with pytest.raises(ValueError, match="does not go with"):
         workspace_source(parser.parse_args(["run", "--prompt", "p", "--git", "x", "--workspace", "/w"]))
+
+
+async def test_a_write_past_max_bytes_is_a_tool_error_and_its_file_is_not_kept(
+    client: Client, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("small\n")
+    config = scripted_config(
+        tmp_path,
+        [tool_call("w1", "write", file_path="big.txt", content="x" * 5000), final("done")],
+        permissions={"allow": ["write(**)"], "default": "deny"},
+        workspaces={"max_bytes": 2000},
+    )
+    async with running_worker(client, AgentActivities(config)) as queue:
+        run = AgentRunInput(prompt="write", workspace=str(ws))
+        result = await (await start_run(client, run, queue=queue)).result()
+        events = await events_of(client, result.session_id)
+    assert result.status == "completed", result.error
+    end = next(e for e in events if isinstance(e, ToolEndEvent) and e.id == "w1")
+    assert end.is_error and "max_bytes=2,000" in end.output and end.workspace is None, end
+    assert not (ws / "big.txt").exists()
+    assert result.workspace is not None and result.workspace.final == result.workspace.base

@@ -48,7 +48,13 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.files import fsync_dir, write_synced
 from durable_agent.activities.support import heartbeating
-from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTreeError, WorkspaceTrees, fetch_tree
+from durable_agent.activities.workspace_tree import (
+    ShadowRepo,
+    WorkspaceTooLarge,
+    WorkspaceTreeError,
+    WorkspaceTrees,
+    fetch_tree,
+)
 from durable_agent.core.failures import WORKSPACE_NOT_RECORDED, WORKSPACE_NOT_RESTORED
 from durable_agent.core.models import WorkspaceRestore, WorkspaceState
 
@@ -104,10 +110,13 @@ class WorkspaceCopies:
         shared: The workspaces are on a disk every worker shares: nothing is restored.
     """
 
-    def __init__(self, trees: WorkspaceTrees, host: str, *, shared: bool = False) -> None:
+    def __init__(
+        self, trees: WorkspaceTrees, host: str, *, shared: bool = False, max_bytes: int | None = None
+    ) -> None:
         self.trees = trees
         self.host = host
         self.shared = shared
+        self.max_bytes = max_bytes
         self._copies: dict[Path, _Copy] = {}
 
     # --- the mark --------------------------------------------------------------------------
@@ -215,11 +224,24 @@ class WorkspaceCopies:
         Raises:
             WorkspaceTreeError: The copy could not be recorded, or the sink did not take its
                 objects: the call's changes are nowhere the run can reach them.
+            WorkspaceTooLarge: Past ``max_bytes``: the copy is back at ``held.tree``.
         """
         copy = self._copies[held.workspace]
         async with copy.ready:
             try:
-                state = await self.trees.record(held.workspace, sink, strict=True) if record else None
+                try:
+                    state = (
+                        await self.trees.record(held.workspace, sink, strict=True, max_bytes=self.max_bytes)
+                        if record
+                        else None
+                    )
+                except WorkspaceTooLarge:
+                    # nothing beyond the tree the call started at: its files are put back
+                    repo = self.trees.repo(held.workspace)
+                    await asyncio.to_thread(repo.checkout, held.tree)
+                    if copy.running == 1:
+                        await asyncio.to_thread(self._set_mark, repo, held.tree)
+                    raise
                 if state is not None and copy.running == 1 and not self.shared:
                     await asyncio.to_thread(self._set_mark, self.trees.repo(held.workspace), state.tree)
             finally:
@@ -373,9 +395,12 @@ async def left(
         ApplicationError: The tree could not be recorded or its objects put in the sink
             (``WORKSPACE_NOT_RECORDED``): the call's changes are nowhere the run could find them on
             another machine, so the next attempt runs it again from the tree before it.
+        WorkspaceTooLarge: Past ``[workspaces] max_bytes``: the copy is back at the call's tree.
     """
     try:
         return await heartbeating(copies.leave(held, sink, record=record))
+    except WorkspaceTooLarge:
+        raise  # the call's answer says so: its changes were undone
     except WorkspaceTreeError as exc:
         raise ApplicationError(redact(str(exc)), type=WORKSPACE_NOT_RECORDED) from None
 
