@@ -51,6 +51,7 @@ from durable_agent.activities.workspace_restore import WorkspaceRestores
 from durable_agent.activities.workspace_tree import WorkspaceTrees, own_folders
 from durable_agent.activities.workspaces.changes import WorkspaceChanges
 from durable_agent.activities.workspaces.copies import WorkspaceCopies, new_host_id
+from durable_agent.activities.workspaces.setup import WorkspaceSetup
 from durable_agent.config import (
     AgentConfig,
     PostgresSinkConfig,
@@ -152,6 +153,9 @@ class AgentActivities:
                 new_host_id(),
                 shared=config.workspaces.shared,
                 max_bytes=config.workspaces.max_bytes,
+                setup=WorkspaceSetup(config.workspaces, sandbox_settings(config), self.redact)
+                if config.workspaces.setup is not None
+                else None,
             )
             if config.workspaces.follow and config.workspace_checkpoints.enabled
             else None

@@ -1,7 +1,7 @@
 """The ``agent.hook`` activity: one ``[hooks]`` command, run as the ``bash`` tool runs its commands.
 
 The command runs as ``/bin/bash -c COMMAND`` in the run's workspace, in the sandbox
-``[sandbox]`` configures (``tools/bash.py`` and ``tools/sandbox.py``, reused: the same
+``[sandbox]`` configures (``tools/command_run.py``, as ``tools/bash.py`` runs its own: the same
 allowlisted environment, scratch HOME and TMPDIR, bounds, and a process tree that dies with
 the call), with the hook's JSON document (``durable_agent.core.hooks.HookDocument``) on stdin
 and ``CLAUDE_PROJECT_DIR`` and ``AGENT_PROJECT_DIR`` naming the workspace. Its stdout and
@@ -17,12 +17,8 @@ started before the activity ends.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,9 +28,7 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.redact import Redactor
 from durable_agent.activities.support import heartbeating
-from durable_agent.activities.tools import process
-from durable_agent.activities.tools.sandbox import sandbox_problem
-from durable_agent.activities.tools.scratch import prepare_call
+from durable_agent.activities.tools.command_run import run_command
 from durable_agent.activities.tools.tool import ToolFailure
 from durable_agent.activities.workspace_tree import WorkspaceTooLarge
 from durable_agent.activities.workspaces.copies import Held, WorkspaceCopies, entered, left
@@ -113,59 +107,24 @@ class HookCalls:
         )
 
     async def _run(self, inp: HookInput) -> HookOutcome:
-        settings = self.sandbox
-        sandboxed = settings.kind != "none"
-        if sandboxed and (problem := await asyncio.to_thread(sandbox_problem, settings)):
-            raise ToolFailure(f"the sandbox cannot start: {problem}")
-        timeout, _ = process.time_limit(inp.timeout_seconds)
-        cwd, scratch, env = await asyncio.to_thread(prepare_call, Path(inp.workspace))
-        env.update(CLAUDE_PROJECT_DIR=str(cwd), AGENT_PROJECT_DIR=str(cwd))
-        stdin = inp.document.model_dump_json().encode()
-        ended: Callable[[], list[str]] = process.nothing
-        try:
-            # the bash tool's start, for this command (its timeout is not used: ours is)
-            argv, env, options, ended = await process.prepared(inp.hook.command, settings, cwd, scratch, env)
-            proc = await process.start_command(
-                argv,
-                sandboxed,
-                cwd=cwd,
-                env=env,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-                **options,
-            )
-            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-            out = process.BoundedOutput(HOOK_OUTPUT_HEAD_BYTES, HOOK_OUTPUT_TAIL_BYTES)
-            err = process.BoundedOutput(HOOK_OUTPUT_HEAD_BYTES, HOOK_OUTPUT_TAIL_BYTES)
-            feed = asyncio.create_task(_feed(proc.stdin, stdin))
-            readers = [
-                asyncio.create_task(process.drain(proc.stdout, out)),
-                asyncio.create_task(process.drain(proc.stderr, err)),
-            ]
-            timed_out, _ = await process.supervise(proc, timeout, sandboxed, readers, (feed,))
-        finally:
-            await asyncio.to_thread(ended)
-            await asyncio.to_thread(shutil.rmtree, scratch, ignore_errors=True)
-        stdout, stderr = self.redact(out.text()), self.redact(err.text())
-        if timed_out:
-            reason = f"timed out after {timeout:g} s; it and every process it started were stopped"
+        ran = await run_command(
+            inp.hook.command,
+            self.sandbox,
+            Path(inp.workspace),
+            inp.timeout_seconds,
+            stdin=inp.document.model_dump_json().encode(),
+            folder_vars=("CLAUDE_PROJECT_DIR", "AGENT_PROJECT_DIR"),
+            head=HOOK_OUTPUT_HEAD_BYTES,
+            tail=HOOK_OUTPUT_TAIL_BYTES,
+        )
+        stdout, stderr = self.redact(ran.stdout), self.redact(ran.stderr)
+        if ran.timed_out:
+            reason = f"timed out after {ran.timeout:g} s; it and every process it started were stopped"
             return HookOutcome(decision="error", stdout=stdout, stderr=stderr, reason=reason, timed_out=True)
-        code = proc.returncode
+        code = ran.code
         assert code is not None
         if code < 0:
             reason = f"killed by signal {-code}"
             return HookOutcome(decision="error", exit_code=code, stdout=stdout, stderr=stderr, reason=reason)
         decision, why = decide(code, stderr)
         return HookOutcome(decision=decision, exit_code=code, stdout=stdout, stderr=stderr, reason=why)
-
-
-async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:
-    """Write the document to the hook's stdin and close it; a hook that does not read it is fine."""
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        pipe.write(data)
-        await pipe.drain()
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        pipe.close()
-        await pipe.wait_closed()

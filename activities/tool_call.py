@@ -112,12 +112,15 @@ class ToolCalls:
             "workspace": state,
             "restored": held.restored,
         }
+        notes = ""
         if held.restored is not None:
             restored = held.restored
             seconds = restored.duration_ms / 1000
             activity_metrics().workspace_restored(restored.reason, restored.bytes, seconds)
-            update["content"] = output.content + restore_note(restored)
-            update["staged"] = False  # the staged text is the output without the note
+            notes += restore_note(restored)
+        if notes := notes + (held.setup or ""):
+            update["content"] = output.content + notes
+            update["staged"] = False  # the staged text is the output without the notes
         return output.model_copy(update=update)
 
     async def _tool_call(self, inp: ToolCallInput, observed: ToolCallSpan) -> ToolOutput:

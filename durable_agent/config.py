@@ -564,6 +564,14 @@ class WorkspacesConfig(_Strict):
     # The most a run's workspace may hold (its files in its tree): a call that leaves it larger
     # is a tool error, its changes undone and nothing recorded. None: no bound.
     max_bytes: int | None = Field(None, gt=0)
+    # A command run in the sandbox in a copy before its first call on a machine, and again when
+    # the files `setup_key` names change (`npm ci`, `uv sync`): what it makes should be ignored by
+    # the workspace's .gitignore (the machine's cache, not the run's files). None: no setup.
+    setup: str | None = Field(None, min_length=1)
+    # The files (relative to the workspace) whose contents key the setup: a lockfile.
+    setup_key: tuple[str, ...] = ()
+    # The setup's time limit; it counts within the call's own ([timeouts] tool_seconds).
+    setup_seconds: float = Field(240.0, gt=0, le=3600)
 
 
 class WebFetchConfig(_Strict):

@@ -166,3 +166,39 @@ async def test_a_write_past_max_bytes_is_a_tool_error_and_its_file_is_not_kept(
     assert end.is_error and "max_bytes=2,000" in end.output and end.workspace is None, end
     assert not (ws / "big.txt").exists()
     assert result.workspace is not None and result.workspace.final == result.workspace.base
+
+
+async def test_setup_runs_once_a_machine_and_again_when_its_key_changes(
+    client: Client, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / ".gitignore").write_text("deps/\n.setup-log\n")
+    (ws / "lock.txt").write_text("v1\n")
+    setup = "echo installed >> .setup-log && mkdir -p deps && cp lock.txt deps/lib.txt"
+    config = scripted_config(
+        tmp_path,
+        [
+            tool_call("b1", "bash", command="cat deps/lib.txt"),
+            tool_call("b2", "bash", command="cat .setup-log"),
+            tool_call("w1", "write", file_path="lock.txt", content="v2\n"),
+            tool_call("b3", "bash", command="cat .setup-log deps/lib.txt"),
+            final("done"),
+        ],
+        permissions={"allow": ["bash", "write(**)"], "default": "deny"},
+        workspaces={"setup": setup, "setup_key": ["lock.txt"]},
+    )
+    async with running_worker(client, AgentActivities(config)) as queue:
+        run = AgentRunInput(prompt="build", workspace=str(ws))
+        result = await (await start_run(client, run, queue=queue)).result()
+        events = await events_of(client, result.session_id)
+    assert result.status == "completed", result.error
+    ends = {e.id: e.output for e in events if isinstance(e, ToolEndEvent)}
+    assert ends["b1"].startswith("v1") and "ran on this machine first" in ends["b1"], ends["b1"]
+    assert ends["b2"].splitlines().count("installed") == 1 and "setup" not in ends["b2"], ends["b2"]
+    # the lockfile changed: set up again before the next call, which sees the new dependency
+    assert "ran on this machine first" in ends["b3"], ends["b3"]
+    assert ends["b3"].splitlines().count("installed") == 2, ends["b3"]
+    assert "v2" in ends["b3"]
+    # what the setup made is the machine's cache, not the run's files
+    assert result.workspace is not None and set(result.workspace.files) == {"lock.txt"}

@@ -55,6 +55,7 @@ from durable_agent.activities.workspace_tree import (
     WorkspaceTrees,
     fetch_tree,
 )
+from durable_agent.activities.workspaces.setup import WorkspaceSetup
 from durable_agent.core.failures import WORKSPACE_NOT_RECORDED, WORKSPACE_NOT_RESTORED
 from durable_agent.core.models import WorkspaceRestore, WorkspaceState
 
@@ -90,6 +91,8 @@ class Held:
     tree: str
     changes: bool
     restored: WorkspaceRestore | None = None
+    # what the model is told of the workspace's ``[workspaces] setup`` run first (None: none ran)
+    setup: str | None = None
 
 
 @dataclass
@@ -111,12 +114,19 @@ class WorkspaceCopies:
     """
 
     def __init__(
-        self, trees: WorkspaceTrees, host: str, *, shared: bool = False, max_bytes: int | None = None
+        self,
+        trees: WorkspaceTrees,
+        host: str,
+        *,
+        shared: bool = False,
+        max_bytes: int | None = None,
+        setup: WorkspaceSetup | None = None,
     ) -> None:
         self.trees = trees
         self.host = host
         self.shared = shared
         self.max_bytes = max_bytes
+        self.setup = setup
         self._copies: dict[Path, _Copy] = {}
 
     # --- the mark --------------------------------------------------------------------------
@@ -197,17 +207,21 @@ class WorkspaceCopies:
         async with copy.ready:
             await copy.ready.wait_for(lambda: copy.running == 0 or copy.tree == tree)
             restored: WorkspaceRestore | None = None
-            if copy.running == 0 and not self.shared:
-                at = await asyncio.to_thread(self.mark_of, repo)
-                if at != tree:
-                    if host not in (None, self.host) and not take_over:
-                        return None
-                    restored = await self._restore(repo, tree, sink, host)
+            set_up: str | None = None
+            if copy.running == 0:
+                if not self.shared:
+                    at = await asyncio.to_thread(self.mark_of, repo)
+                    if at != tree:
+                        if host not in (None, self.host) and not take_over:
+                            return None
+                        restored = await self._restore(repo, tree, sink, host)
+                if self.setup is not None:
+                    set_up = await self.setup.ensure(repo, folder)
             if changes:
                 await asyncio.to_thread(self._clear_mark, repo)
             copy.tree = tree
             copy.running += 1
-        return Held(folder, tree, changes, restored)
+        return Held(folder, tree, changes, restored, set_up)
 
     async def leave(self, held: Held, sink: str | None, *, record: bool) -> WorkspaceState | None:
         """End a call's hold; with ``record``, record the copy and put the tree's new objects in
