@@ -50,6 +50,7 @@ from durable_agent.activities.tools.tool import Tool
 from durable_agent.activities.workspace_restore import WorkspaceRestores
 from durable_agent.activities.workspace_tree import WorkspaceTrees, own_folders
 from durable_agent.activities.workspaces.changes import WorkspaceChanges
+from durable_agent.activities.workspaces.commits import WorkspaceCommits
 from durable_agent.activities.workspaces.copies import WorkspaceCopies, new_host_id
 from durable_agent.activities.workspaces.setup import WorkspaceSetup
 from durable_agent.config import (
@@ -195,6 +196,8 @@ class AgentActivities:
         self.restores = WorkspaceRestores(self.sinks, self.workspace_trees)
         # what a run did to its workspace, for its result
         self.changes = WorkspaceChanges(self.workspace_trees)
+        # a run's change from a git source, committed and pushed to its branch
+        self.commits = WorkspaceCommits(self.workspace_trees, config.workspaces)
         # where the activities are: each method under ``@activity.defn`` is one (``all()``)
         self.parts: tuple[object, ...] = (
             self.planner,
@@ -206,6 +209,7 @@ class AgentActivities:
             self.hook_calls,
             self.restores,
             self.changes,
+            self.commits,
         )
 
     async def connect(self) -> None:

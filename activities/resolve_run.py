@@ -20,7 +20,13 @@ from durable_agent.activities.support import heartbeating, usage_error
 from durable_agent.activities.tools.tool import Tool
 from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees, restore_tree
 from durable_agent.activities.workspaces.copies import WorkspaceCopies
-from durable_agent.activities.workspaces.sources import checkout_ref, default_root, fetched, run_folder
+from durable_agent.activities.workspaces.sources import (
+    branch_name,
+    checkout_ref,
+    default_root,
+    fetched,
+    run_folder,
+)
 from durable_agent.config import AgentConfig, ModelPrices, model_prices
 from durable_agent.core.activity_api import RESOLVE_RUN, ResolveInput
 from durable_agent.core.canonical import canonical_bytes
@@ -30,7 +36,7 @@ from durable_agent.core.output_schema import DEFAULT_OUTPUT_RETRIES, FINAL_RESUL
 from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan
 from durable_agent.core.run_api import RunSettings
-from durable_agent.core.run_workspace import GitSource, TreeSource
+from durable_agent.core.run_workspace import GitSource, TreeSource, WorkspaceOrigin
 from durable_agent.core.subagents import TASK_SPEC, SubagentOrigin, SubagentPlan, task_description
 from durable_agent.core.tool_specs import (
     MCP_PREFIX,
@@ -122,9 +128,10 @@ class RunPlanner:
         if sink not in self.sinks:
             known = ", ".join(sorted(self.sinks)) or "none"
             raise usage_error(f"export sink {sink!r} is not configured (configured: {known})")
+        origin: WorkspaceOrigin | None = None
         if isinstance(run.workspace, (GitSource, TreeSource)):
             # the run's own folder, made from its source (or, resumed, from its checkpoint's tree)
-            workspace = await self._made(run.workspace, sink, inp)
+            workspace, origin = await self._made(run.workspace, sink, inp)
         else:
             workspace = Path(run.workspace) if run.workspace else config.default_workspace
             workspace = workspace.expanduser().resolve()
@@ -208,6 +215,7 @@ class RunPlanner:
             workspace_base=base,
             workspace_host=self.copies.host if base is not None and self.copies is not None else None,
             host_wait_seconds=config.workspaces.host_wait_seconds,
+            workspace_origin=origin,
         )
 
     async def _base(self, workspace: Path, sink: str, *, child: bool) -> WorkspaceState | None:
@@ -290,7 +298,9 @@ class RunPlanner:
                 "them with `durable-agent resume --restore-workspace`, or resume with force_resume to go on)"
             )
 
-    async def _made(self, source: GitSource | TreeSource, sink: str, inp: ResolveInput) -> Path:
+    async def _made(
+        self, source: GitSource | TreeSource, sink: str, inp: ResolveInput
+    ) -> tuple[Path, WorkspaceOrigin | None]:
         """A run's own folder under ``[workspaces] root``, made from its source: a git ref's
         files, or a tree restored from the sink; a resumed or rewound run's from its checkpoint's
         tree (``activities/workspaces/sources.py``)."""
@@ -303,16 +313,20 @@ class RunPlanner:
         root = default_root(self.config.workspaces)
         folder = await asyncio.to_thread(run_folder, root, inp.session_id, inp.run_id)
         tree = inp.workspace_tree or (source.tree if isinstance(source, TreeSource) else None)
+        origin = None
         try:
             if tree is not None:
                 await self._restore_workspace(folder, tree, sink)
             else:
                 assert isinstance(source, GitSource)
                 cache = await heartbeating(asyncio.to_thread(fetched, root, source))
-                await asyncio.to_thread(checkout_ref, cache, source.ref, folder)
+                commit, _ = await asyncio.to_thread(checkout_ref, cache, source.ref, folder)
+                wanted = self.config.workspaces
+                branch = branch_name(wanted.branch, inp.session_id) if wanted.commit else None
+                origin = WorkspaceOrigin(git=source.git, commit=commit, branch=branch)
         except WorkspaceTreeError as exc:
             raise usage_error(f"the run's workspace could not be made from {source!r}: {exc}") from None
-        return folder.resolve()
+        return folder.resolve(), origin
 
     async def _restore_workspace(self, workspace: Path, tree: str, sink: str) -> None:
         """A rewound run's copy on this machine made the turn's tree (the rewind restored it on

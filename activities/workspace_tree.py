@@ -89,8 +89,9 @@ class WorkspaceTreeError(DurableAgentError):
     """The workspace could not be recorded, or a tree rebuilt (git failed, objects missing)."""
 
 
-class WorkspaceTooLarge(WorkspaceTreeError):
-    """A call left the workspace larger than ``[workspaces] max_bytes``: nothing was recorded."""
+class WorkspaceTooLarge(Exception):
+    """A call left the workspace larger than ``[workspaces] max_bytes``: nothing was recorded (the
+    call's answer says so: ``tool_call.py``, ``hook_call.py``)."""
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(
@@ -636,8 +637,6 @@ class WorkspaceTrees:
                     await sink.put_objects(await asyncio.to_thread(repo.loose, missing))
             if since != recorded.tree:
                 await asyncio.to_thread(repo.mark_pushed, sink_name, recorded.tree)
-        except WorkspaceTooLarge:
-            raise
         except (WorkspaceTreeError, OSError) as exc:
             if strict:
                 raise WorkspaceTreeError(f"workspace {workspace} was not recorded: {exc}") from None

@@ -572,6 +572,12 @@ class WorkspacesConfig(_Strict):
     setup_key: tuple[str, ...] = ()
     # The setup's time limit; it counts within the call's own ([timeouts] tool_seconds).
     setup_seconds: float = Field(240.0, gt=0, le=3600)
+    # A run whose workspace came from a git source ends with a commit of its change, pushed to
+    # `branch` of that repository, when the run's rules allow `git_push(<branch>)` (or a person
+    # does, for `ask`). Credentials come from the worker's environment only.
+    commit: bool = False
+    # The branch: `{session}` is the run's session id.
+    branch: str = Field("agent/{session}", min_length=1)
 
 
 class WebFetchConfig(_Strict):

@@ -303,6 +303,7 @@ INTERNAL_EXCEPTIONS = {
     "durable_agent.conformance.checks.CheckSkipped",  # a check that does not apply: not an error
     "durable_agent.cli.diff.DiffError",  # ``durable-agent diff``'s message and exit code
     "durable_agent.activities.sink_gc.rules.GcError",  # ``durable-agent gc``'s message (exit 2)
+    "durable_agent.activities.workspace_tree.WorkspaceTooLarge",  # the call's answer, a tool error
 }
 
 

@@ -17,9 +17,9 @@ from durable_agent.cli.run_commands import workspace_source
 from durable_agent.client import start_run
 from durable_agent.core.events import EventRecord, ToolEndEvent
 from durable_agent.core.failures import INVALID_RUN_INPUT
-from durable_agent.core.run_api import AgentRunInput
+from durable_agent.core.run_api import AgentRunInput, ApprovalAnswer, ApprovalDecision
 from durable_agent.core.run_workspace import GitSource, TreeSource
-from tests.helpers import final, running_worker, scripted_config, tool_call
+from tests.helpers import awaiting_approval, final, running_worker, scripted_config, tool_call
 
 GIT = ["git", "-c", "user.email=test@example.com", "-c", "user.name=test", "-c", "init.defaultBranch=main"]
 
@@ -202,3 +202,48 @@ async def test_setup_runs_once_a_machine_and_again_when_its_key_changes(
     assert "v2" in ends["b3"]
     # what the setup made is the machine's cache, not the run's files
     assert result.workspace is not None and set(result.workspace.files) == {"lock.txt"}
+
+
+def git_out(bare: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "--git-dir", str(bare), *args], capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.mark.parametrize("rule", ["allow", "deny", "ask"])
+async def test_the_change_from_a_git_source_is_pushed_to_its_branch_as_the_rules_say(
+    client: Client, tmp_path: Path, rule: str
+) -> None:
+    bare, _ = repository(tmp_path)
+    main = git_out(bare, "rev-parse", "main")
+    permissions: dict[str, Any] = {"allow": ["write(**)"], "default": "deny"}
+    if rule != "deny":
+        permissions[rule] = [*permissions.get(rule, []), "git_push(agent/*)"]
+    config = scripted_config(
+        tmp_path,
+        [tool_call("w1", "write", file_path="fix.txt", content="fixed\n"), final("done")],
+        permissions=permissions,
+        workspaces={"root": str(tmp_path / "workspaces"), "commit": True},
+    )
+    async with running_worker(client, AgentActivities(config)) as queue:
+        run = AgentRunInput(prompt="Fix it\nplease", workspace=GitSource(git=str(bare), ref="main"))
+        handle = await start_run(client, run, queue=queue)
+        if rule == "ask":
+            status = await awaiting_approval(handle)
+            assert [p.call_id for p in status.pending_approvals] == ["git_push"]
+            decision = ApprovalDecision(call_id="git_push", approved=True, reason="ship it")
+            await handle.execute_update("approve", decision, result_type=ApprovalAnswer)
+        result = await handle.result()
+    assert result.status == "completed", result.error
+    change = result.workspace
+    branch = f"agent/{result.session_id}"
+    assert change is not None and change.branch == branch
+    if rule == "deny":
+        assert change.commit is None and "permission denied: git_push" in (change.pushed or "")
+        assert git_out(bare, "branch", "--list", branch) == ""
+        return
+    assert change.commit is not None and change.pushed is None
+    assert git_out(bare, "rev-parse", branch) == change.commit
+    assert git_out(bare, "rev-parse", f"{branch}^{{tree}}") == change.final
+    assert git_out(bare, "rev-parse", f"{branch}^") == main  # on the commit the run started from
+    assert git_out(bare, "log", "-1", "--format=%s", branch) == "Fix it"

@@ -111,6 +111,7 @@ class AgentRun:
         self._hooks = HookRunner(self._calls)  # the plan's [hooks] (``hook_runner.py``)
         # each tool call (``tool_step.py``), and the calls of an answer together (``call_batch.py``)
         step = ToolStep(self._calls, self._cancellation, self._display, self._approvals, self._hooks)
+        self._step = step
         self._batches = CallBatches(step, self._log, self._starter, self._cancellation, self._display)
         self._admission = Admission()  # what updates may bring (``admission.py``)
         # the ``rewind`` update: back to an exported turn, files and conversation (``rewinding.py``)
@@ -282,6 +283,10 @@ class AgentRun:
             final, error = "budget_exhausted", str(exc)
         if not state.plan.hooks.empty:
             await self._hooks.stopped(state, final)
+        # its change set, and from a git source its push, while a person may still approve that
+        await self._ending.workspace_change(state)
+        if final == "completed":
+            await self._ending.push(state, self._step.ask)
         self._ended, self._awaiting_prompt = True, False
         if undelivered := state.queued_count():
             # accepted, then the run ended before the model's next request: the record says so
@@ -292,7 +297,6 @@ class AgentRun:
                 ),
                 now_ms(),
             )
-        await self._ending.workspace_change(state)
         state.finish(final, now_ms(), error)
         await self._log.finish(state)
         self._display.status(final)

@@ -10,6 +10,7 @@ closed Completed, with status ``cancelled``, and replay so.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -19,14 +20,23 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.activity_api import (
         REQUEST_CANCEL,
         WORKSPACE_CHANGE,
+        WORKSPACE_COMMIT,
         RequestCancelInput,
         WorkspaceChangeInput,
+        WorkspaceCommitInput,
     )
+    from durable_agent.core.failures import failure_message
     from durable_agent.core.loop import LoopState
+    from durable_agent.core.models import ToolUseBlock
     from durable_agent.core.plan import Timeouts
 
-from durable_agent.workflows.calls import CallRunner, Cancellation
+from durable_agent.workflows.calls import CallRunner, Cancellation, RunCancelled, now_ms
 from durable_agent.workflows.patches import PATCH_CANCELED_STATE
+
+# The rule a run's change from a git source needs before it is pushed: ``git_push(<branch>)``.
+GIT_PUSH = "git_push"
+# ``ToolStep.ask``: a person's decision on one call; the denial's reason, or None.
+Asker = Callable[[LoopState, ToolUseBlock, str | None], Awaitable[str | None]]
 
 # How long a run waits for its own cancel request to arrive before it completes instead.
 CANCEL_REQUEST_WAIT_SECONDS = 60
@@ -69,6 +79,51 @@ class Ending:
             workflow.logger.warning("the run's diff was not made: %s", exc)
             return
         state.record_workspace_change(change)
+
+    async def push(self, state: LoopState, ask: Asker) -> None:
+        """A completed run whose workspace came from a git source, with ``[workspaces] commit``:
+        its change committed on the commit it started from and pushed to its branch, when its
+        rules allow ``git_push(<branch>)`` (or a person does, for ``ask``); the result says what
+        happened (``WorkspaceChange.commit``, or ``pushed``: why not)."""
+        origin, ws = state.plan.workspace_origin, state.workspace
+        if origin is None or origin.branch is None or ws.tree is None or ws.tree == ws.base:
+            return
+        branch = origin.branch
+        decision = state.plan.permissions.decide(GIT_PUSH, branch)
+        reason = f"permission denied: {GIT_PUSH}({branch}) is not allowed by the run's rules"
+        if decision == "ask":
+            call = ToolUseBlock(
+                id=GIT_PUSH, name=GIT_PUSH, input={"branch": branch, "repository": origin.git}
+            )
+            try:
+                reason = await ask(state, call, branch) or ""
+            except RunCancelled:
+                reason = "the run was cancelled while the push waited for a person"
+            decision = "deny" if reason else "allow"
+        if decision != "allow":
+            state.record_push(branch, None, reason)
+            return
+        first = state.plan.prompt.strip().splitlines()[0][:72] if state.plan.prompt.strip() else "agent run"
+        message = f"{first}\n\nsession {state.plan.session_id}, run {state.plan.run_id} (durable-agent)\n"
+        try:
+            pushed = await self._calls.run(
+                WORKSPACE_COMMIT,
+                WorkspaceCommitInput(
+                    workspace=state.plan.workspace,
+                    sink=state.plan.export_sink,
+                    origin=origin,
+                    tree=ws.tree,
+                    message=message,
+                    at_ms=now_ms(),
+                ),
+                summary=f"commit the run's change and push it to {branch}",
+                timeouts=state.plan.timeouts,
+                cancellable=False,
+            )
+        except ActivityError as exc:
+            state.record_push(branch, None, failure_message(exc))
+            return
+        state.record_push(branch, pushed.commit, None)
 
     async def _handlers_finished(self) -> None:
         """A cancel request that comes meanwhile is noted, not lost."""

@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -31,7 +32,7 @@ from durable_agent.activities.workspace_tree import WorkspaceTreeError
 from durable_agent.config import WorkspacesConfig
 from durable_agent.core.run_workspace import GitSource
 
-__all__ = ["checkout_ref", "default_root", "fetched", "run_folder"]
+__all__ = ["branch_name", "checkout_ref", "commit_and_push", "default_root", "fetched", "run_folder"]
 
 _ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,
@@ -48,6 +49,22 @@ def default_root(config: WorkspacesConfig) -> Path:
         return config.root
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(state) / "durable-agent" / "workspaces"
+
+
+def branch_name(template: str, session_id: str) -> str:
+    """``[workspaces] branch`` for a session: ``{session}`` replaced, and what a branch's name may
+    not hold (spaces, ``..``, ``~^:?*[\\``, a leading ``-``) made ``-``.
+
+    Args:
+        template: ``[workspaces] branch`` (``agent/{session}``).
+        session_id: The run's session.
+
+    Returns:
+        The branch's name.
+    """
+    name = template.replace("{session}", session_id)
+    name = re.sub(r"[^A-Za-z0-9._/-]+", "-", name).replace("..", "-").strip("/-.")
+    return re.sub(r"/+", "/", name) or "agent"
 
 
 def run_folder(root: Path, session_id: str, run_id: str) -> Path:
@@ -121,7 +138,7 @@ def fetched(root: Path, source: GitSource) -> Path:
     return cache
 
 
-def checkout_ref(cache: Path, ref: str, folder: Path) -> str:
+def checkout_ref(cache: Path, ref: str, folder: Path) -> tuple[str, str]:
     """Write the files of ``ref``'s tree into ``folder`` (an index of its own, no ``.git``).
 
     Args:
@@ -130,7 +147,7 @@ def checkout_ref(cache: Path, ref: str, folder: Path) -> str:
         folder: The run's folder.
 
     Returns:
-        The ref's tree id.
+        The ref's commit and its tree.
 
     Raises:
         WorkspaceTreeError: The mirror has no such ref.
@@ -138,10 +155,55 @@ def checkout_ref(cache: Path, ref: str, folder: Path) -> str:
     if ref.startswith("-"):
         raise WorkspaceTreeError(f"ref {ref!r} is not a branch, a tag or a commit")
     try:
-        tree = _git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{tree}}", git_dir=cache)
+        commit = _git(
+            "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", git_dir=cache
+        )
+        tree = _git("rev-parse", "--verify", "--quiet", f"{commit}^{{tree}}", git_dir=cache)
     except WorkspaceTreeError:
         raise WorkspaceTreeError(f"the repository has no ref {ref!r}") from None
     with tempfile.TemporaryDirectory(prefix="index-") as scratch:
         env = {"GIT_INDEX_FILE": str(Path(scratch) / "index"), "GIT_WORK_TREE": str(folder)}
         _git("read-tree", "--reset", "-u", tree, git_dir=cache, env=env)
-    return tree
+    return commit, tree
+
+
+def commit_and_push(
+    shadow: Path, cache: Path, url: str, parent: str, tree: str, branch: str, message: str, at_seconds: int
+) -> str:
+    """A commit of ``tree`` on ``parent``, made in the run's shadow repository (which reads the
+    parent through the mirror's objects), pushed to ``branch`` of the repository at ``url``.
+
+    Args:
+        shadow: The run's shadow repository (its git folder), which holds ``tree``'s objects.
+        cache: The repository's mirror on this machine (``fetched``), which holds ``parent``.
+        url: The repository, as the run's source named it.
+        parent: The commit the run's workspace was made from.
+        tree: The run's final tree.
+        branch: The branch to push to (made, or moved on: never forced).
+        message: The commit's message.
+        at_seconds: The commit's time (epoch seconds): the same commit for the same change.
+
+    Returns:
+        The commit's id.
+
+    Raises:
+        WorkspaceTreeError: git could not make or push it (the message says why: a branch that
+            moved meanwhile, refused credentials).
+    """
+    alternates = shadow / "objects" / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    wanted = str((cache / "objects").resolve())
+    held = alternates.read_text().splitlines() if alternates.exists() else []
+    if wanted not in held:
+        alternates.write_text("\n".join([*held, wanted]) + "\n")
+    who = {
+        "GIT_AUTHOR_NAME": "durable-agent",
+        "GIT_AUTHOR_EMAIL": "durable-agent@localhost",
+        "GIT_COMMITTER_NAME": "durable-agent",
+        "GIT_COMMITTER_EMAIL": "durable-agent@localhost",
+        "GIT_AUTHOR_DATE": f"{at_seconds} +0000",
+        "GIT_COMMITTER_DATE": f"{at_seconds} +0000",
+    }
+    commit = _git("commit-tree", tree, "-p", parent, "-m", message, git_dir=shadow, env=who)
+    _git("push", "--quiet", "--", url, f"{commit}:refs/heads/{branch}", git_dir=shadow)
+    return commit

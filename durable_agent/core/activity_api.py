@@ -33,6 +33,7 @@ from durable_agent.core.permissions import PermissionPolicy
 from durable_agent.core.plan import RunPlan, Timeouts
 from durable_agent.core.run_api import AgentRunInput, RunSettings
 from durable_agent.core.run_log import ExportFacts, ExportSeed, LogDelta, LogEntry, LogRef, RunHeader, Staged
+from durable_agent.core.run_workspace import WorkspaceOrigin
 
 InT = TypeVar("InT")
 OutT = TypeVar("OutT")
@@ -481,6 +482,36 @@ WORKSPACE_CHANGE = ActivityDecl[WorkspaceChangeInput, WorkspaceChange](
     _checkpoint(lambda t: t.checkpoint_max_attempts),
 )
 
+
+class WorkspaceCommitInput(Frozen):
+    """A run's change committed on the commit its workspace was made from, and pushed to
+    ``origin.branch`` of its repository (``[workspaces] commit``)."""
+
+    workspace: str
+    sink: str
+    origin: WorkspaceOrigin
+    tree: str
+    message: str
+    at_ms: int  # the commit's time: the run's, so that an attempt again makes the same commit
+
+
+class WorkspaceCommitted(Frozen):
+    """The commit pushed, and the branch it went to."""
+
+    commit: str
+    branch: str
+
+
+# At the end of a run whose workspace came from a git source, once its rules (or a person) let it
+# push: an ordinary activity, retried as a tool call is (a push that reached the repository is
+# found there again: the same commit, since its time is the run's).
+WORKSPACE_COMMIT = ActivityDecl[WorkspaceCommitInput, WorkspaceCommitted](
+    "agent.workspace_commit",
+    WorkspaceCommitInput,
+    WorkspaceCommitted,
+    _heartbeating(lambda t: t.tool_seconds, lambda t: t.tool_max_attempts),
+)
+
 # Only runs started before linear history load their session (``durable_agent.core.legacy_shapes``).
 LOAD_SESSION = ActivityDecl[LoadSessionInput, SessionRuns](
     "agent.load_session", LoadSessionInput, SessionRuns, _checkpoint(lambda _: 3)
@@ -502,6 +533,7 @@ ACTIVITIES: tuple[ActivityDecl[Any, Any], ...] = (
     HOOK,
     RESTORE_WORKSPACE,
     WORKSPACE_CHANGE,
+    WORKSPACE_COMMIT,
 )
 
 

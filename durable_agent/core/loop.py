@@ -451,6 +451,13 @@ class LoopState:
         """The run's change set, with its diff (``agent.workspace_change``), for its result."""
         self._workspace_change = change
 
+    def record_push(self, branch: str, commit: str | None, reason: str | None) -> None:
+        """The run's change pushed to ``branch`` as ``commit``, or not, for ``reason``."""
+        change = self._workspace_change or self.workspace.change() or WorkspaceChange()
+        self._workspace_change = change.model_copy(
+            update={"branch": branch, "commit": commit, "pushed": reason}
+        )
+
     @property
     def _parent(self) -> SubagentOrigin | None:
         """Who started this run, when a ``task`` call of another run did."""

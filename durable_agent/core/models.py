@@ -353,6 +353,11 @@ class WorkspaceChange(Sparse):
         diff_bytes: The whole diff's size in bytes.
         truncated: Whether ``diff`` is cut short.
         files: The paths that differ (at most ``DIFF_SHOWN_FILES``).
+        branch: A workspace made from a git source, with ``[workspaces] commit``: the branch its
+            change was to go to; ``commit`` the commit pushed there (None: not pushed, ``pushed``
+            says why).
+        commit: The commit pushed to ``branch``.
+        pushed: Why the change was not pushed (a rule denied ``git_push``, git refused it).
     """
 
     base: str | None = None
@@ -361,8 +366,11 @@ class WorkspaceChange(Sparse):
     diff_bytes: int = 0
     truncated: bool = False
     files: tuple[str, ...] = ()
+    branch: str | None = None
+    commit: str | None = None
+    pushed: str | None = None
 
-    left_out_at_default = ("truncated", "files")
+    left_out_at_default = ("truncated", "files", "branch", "commit", "pushed")
 
 
 DIFF_SHOWN_BYTES = 64 * 1024  # the most of a run's diff its result holds

@@ -22,6 +22,7 @@ from durable_agent.core.models import (
     WorkspaceState,
 )
 from durable_agent.core.permissions import PermissionPolicy
+from durable_agent.core.run_workspace import WorkspaceOrigin
 from durable_agent.core.subagents import SubagentPlan
 from durable_agent.core.tool_specs import ToolOffer
 
@@ -165,6 +166,9 @@ class RunPlan(Frozen):
     workspace_host: str | None = None
     # how long a call waits on its host's own task queue before any worker takes the run over
     host_wait_seconds: float = 5.0
+    # A workspace made from a git source: its repository and commit, and the branch its change
+    # goes to at the run's end (``core/run_workspace.py``); None: not from a git source.
+    workspace_origin: WorkspaceOrigin | None = None
 
     def definitions(self) -> list[ToolDefinition]:
         return [t.definition for t in self.tools]

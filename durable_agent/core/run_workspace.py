@@ -12,7 +12,7 @@ from pydantic import Field
 
 from durable_agent.core.models import Frozen, WorkspaceChange, WorkspaceState
 
-__all__ = ["HOST_QUEUE_INFIX", "GitSource", "RunWorkspace", "TreeSource", "host_queue"]
+__all__ = ["HOST_QUEUE_INFIX", "GitSource", "RunWorkspace", "TreeSource", "WorkspaceOrigin", "host_queue"]
 
 HOST_QUEUE_INFIX = "/host/"
 
@@ -29,6 +29,21 @@ class TreeSource(Frozen):
     """A run's workspace made from a tree of an earlier run (a fork), read from the run's sink."""
 
     tree: str = Field(pattern=r"^[0-9a-f]{40}$", description="A tree id an earlier run recorded.")
+
+
+class WorkspaceOrigin(Frozen):
+    """Where a run's workspace made from a git source came from, and where its change goes.
+
+    Attributes:
+        git: The repository, as the source named it.
+        commit: The commit its ref was at when the run started.
+        branch: The branch the run's change is committed to and pushed at its end (None: it is
+            not: ``[workspaces] commit`` is off).
+    """
+
+    git: str
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    branch: str | None = None
 
 
 def host_queue(task_queue: str, host: str) -> str:
