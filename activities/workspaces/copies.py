@@ -331,6 +331,7 @@ def sweep(copies: WorkspaceCopies, root: Path, keep_hours: float, now: float | N
             continue
         shutil.rmtree(shadow, ignore_errors=True)
         shutil.rmtree(folder, ignore_errors=True)
+        copies._copies.pop(folder.resolve(), None)  # this process's record of it, with it
         with contextlib.suppress(OSError):
             folder.parent.rmdir()  # the session's folder, once its last run's is gone
         removed.append(folder)
