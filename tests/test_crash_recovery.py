@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,26 @@ def read_responses(delay_ms: int = 300, slow: dict[int, int] | None = None) -> l
     for index, response in enumerate(responses):
         response["delay_ms"] = (slow or {}).get(index, delay_ms)
     return responses
+
+
+@contextlib.asynccontextmanager
+async def touching(path: Path) -> AsyncIterator[None]:
+    """``path`` made again and again while the block runs: a retry of a call first restores the
+    run's files (the workspace follows the run, docs/workspaces.md), which removes a file made
+    while it restores."""
+
+    async def touch() -> None:
+        while True:
+            path.touch()
+            await asyncio.sleep(0.1)
+
+    task = asyncio.create_task(touch())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 class WorkerProcesses:
@@ -323,19 +343,8 @@ async def test_kill_9_while_tool_call_in_flight(client: Client, tmp_path: Path) 
         procs.kill(first)
         second = procs.start()
         await until_alive("the 3rd tool call to be retried", lambda: tool_attempt_running(2), 45, procs)
-
-        async def go() -> None:
-            # Again and again: the retry first restores the run's files (the workspace follows the
-            # run, docs/workspaces.md), which removes a ``go`` made while it restores.
-            while True:
-                (workspace / "go").touch()
-                await asyncio.sleep(0.1)
-
-        touching = asyncio.create_task(go())
-        try:
+        async with touching(workspace / "go"):
             await check_recovered_run(handle, sink_root, (first.pid, second.pid))
-        finally:
-            touching.cancel()
     # the bash call is the one ordinary tool activity (the reads are local ones), run again
     tool_attempts = await retried_attempts(handle, TOOL_CALL.name)
     assert len(tool_attempts) == 1 and tool_attempts[0] >= 2, tool_attempts

@@ -47,6 +47,7 @@ from tests.test_crash_recovery import (
     pending_activity,
     read_responses,
     retried_attempts,
+    touching,
     until_alive,
     workers,
     write_setup,
@@ -328,8 +329,8 @@ command = "while [ ! -e go ]; do sleep 0.05; done"
         procs.kill(first)
         second = procs.start()
         await until_alive("the hook to be retried", lambda: hook_attempt_running(2), 45, procs)
-        (workspace / "go").touch()
-        await check_recovered_run(handle, sink_root, (first.pid, second.pid))
+        async with touching(workspace / "go"):
+            await check_recovered_run(handle, sink_root, (first.pid, second.pid))
     assert (await retried_attempts(handle, HOOK.name))[0] >= 2
 
 

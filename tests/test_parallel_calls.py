@@ -52,6 +52,7 @@ from tests.test_crash_recovery import (
     check_recovered_run,
     export_files,
     retried_attempts,
+    touching,
     until_alive,
     workers,
     write_setup,
@@ -328,8 +329,8 @@ async def test_kill_9_during_a_batch_loses_nothing(client: Client, tmp_path: Pat
         procs.kill(first)
         second = procs.start()
         await until_alive("the batch to run again", lambda: batch_running(2), 45, procs)
-        (workspace / "go").touch()
-        result = await check_recovered_run(handle, sink_root, (first.pid, second.pid))
+        async with touching(workspace / "go"):
+            result = await check_recovered_run(handle, sink_root, (first.pid, second.pid))
     assert result.tool_calls_count == N_CALLS
     attempts = await retried_attempts(handle, TOOL_CALL.name)
     assert sorted(attempts)[-2:] == [2, 2], attempts  # the two bash calls ran again; nothing else did
