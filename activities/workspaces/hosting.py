@@ -27,9 +27,6 @@ from durable_agent.core.run_workspace import HOST_QUEUE_INFIX, host_queue
 
 __all__ = ["WorkspaceHosting", "hosting", "is_host_queue"]
 
-# the shared queue's heartbeat throttle (``plugin.HEARTBEAT_THROTTLE``): a host that dies is
-# noticed a heartbeat timeout after its last beat, as on the shared queue
-_HEARTBEAT_THROTTLE = timedelta(seconds=1)
 _SWEEP_SECONDS = 3600  # how often the runs' unused folders are looked for
 
 log = logging.getLogger(__name__)
@@ -57,13 +54,17 @@ async def hosting(worker: Worker, activities: AgentActivities) -> AsyncIterator[
     if copies is None or copies.shared or is_host_queue(worker.task_queue):
         yield None
         return
-    graceful = worker.config().get("graceful_shutdown_timeout") or timedelta(0)
+    # the shared queue's worker's shutdown and heartbeat throttle: a host that dies is noticed a
+    # heartbeat timeout after its last beat there as here
+    config = worker.config()
+    graceful = config.get("graceful_shutdown_timeout") or timedelta(0)
+    throttle = config.get("max_heartbeat_throttle_interval") or timedelta(seconds=60)  # the SDK's default
     host = Worker(
         worker.client,
         task_queue=host_queue(worker.task_queue, copies.host),
         activities=activities.host_activities(),
         graceful_shutdown_timeout=graceful,
-        max_heartbeat_throttle_interval=_HEARTBEAT_THROTTLE,
+        max_heartbeat_throttle_interval=throttle,
     )
     sweeping = asyncio.create_task(_sweeping(activities))
     try:
