@@ -51,6 +51,7 @@ from durable_agent.activities.workspace_restore import WorkspaceRestores
 from durable_agent.activities.workspace_tree import WorkspaceTrees, own_folders
 from durable_agent.activities.workspaces.changes import WorkspaceChanges
 from durable_agent.activities.workspaces.commits import WorkspaceCommits
+from durable_agent.activities.workspaces.merges import WorkspaceMerges
 from durable_agent.activities.workspaces.copies import WorkspaceCopies, new_host_id
 from durable_agent.activities.workspaces.setup import WorkspaceSetup
 from durable_agent.config import (
@@ -198,6 +199,8 @@ class AgentActivities:
         self.changes = WorkspaceChanges(self.workspace_trees)
         # a run's change from a git source, committed and pushed to its branch
         self.commits = WorkspaceCommits(self.workspace_trees, config.workspaces)
+        # a child run's change merged into its parent's workspace
+        self.merges = WorkspaceMerges(self.workspace_trees)
         # where the activities are: each method under ``@activity.defn`` is one (``all()``)
         self.parts: tuple[object, ...] = (
             self.planner,
@@ -210,6 +213,7 @@ class AgentActivities:
             self.restores,
             self.changes,
             self.commits,
+            self.merges,
         )
 
     async def connect(self) -> None:

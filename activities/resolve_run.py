@@ -178,7 +178,8 @@ class RunPlanner:
             )
         offers = tuple(kept)
         project = await self._project_files(inp.run_id, workspace)
-        base = await self._base(workspace, sink, child=run.subagent is not None)
+        made = isinstance(run.workspace, (GitSource, TreeSource))
+        base, host = await self._base(workspace, sink, run.subagent, made=made)
         return RunPlan(
             session_id=inp.session_id,
             run_id=inp.run_id,
@@ -213,19 +214,27 @@ class RunPlanner:
             else run.max_output_retries,
             subagents=subagents,
             workspace_base=base,
-            workspace_host=self.copies.host if base is not None and self.copies is not None else None,
+            workspace_host=host,
             host_wait_seconds=config.workspaces.host_wait_seconds,
             workspace_origin=origin,
         )
 
-    async def _base(self, workspace: Path, sink: str, *, child: bool) -> WorkspaceState | None:
+    async def _base(
+        self, workspace: Path, sink: str, subagent: SubagentOrigin | None, *, made: bool
+    ) -> tuple[WorkspaceState | None, str | None]:
         """A run whose workspace follows it: its workspace's tree now, its objects in the sink,
-        this machine's copy marked as at it (``activities/workspaces/copies.py``). None: it does
-        not follow (no ``[workspaces] follow``, a sink that holds no trees, or a child run, which
-        works in its parent's copy: docs/workspaces.md)."""
+        this machine's copy marked as at it (``activities/workspaces/copies.py``); and its host,
+        this worker. None: it does not follow (no ``[workspaces] follow``, a sink that holds no
+        trees). A child in its parent's folder (``workflows/child_runs.py``) follows its parent's
+        tree on the parent's host when its parent's does, and not otherwise; a child made from
+        its parent's tree has a copy of its own, as any run made from a source."""
         copies, trees = self.copies, self.workspace_trees
-        if copies is None or trees is None or copies.shared or child or trees.object_sink(sink) is None:
-            return None
+        if copies is None or trees is None or copies.shared or trees.object_sink(sink) is None:
+            return None, None
+        if subagent is not None and not made:
+            if subagent.tree is None:
+                return None, None
+            return WorkspaceState(tree=subagent.tree), subagent.host
         try:
             base = await heartbeating(trees.record(workspace, sink, strict=True))
         except WorkspaceTreeError as exc:
@@ -233,9 +242,10 @@ class RunPlanner:
             raise ApplicationError(
                 f"workspace {str(workspace)!r} could not be recorded: {exc}", type=WORKSPACE_NOT_RECORDED
             ) from None
-        if base is not None:
-            await copies.adopt(workspace, base.tree)
-        return base
+        if base is None:
+            return None, None
+        await copies.adopt(workspace, base.tree)
+        return base, copies.host
 
     def _system_prompt(self, origin: SubagentOrigin | None) -> str:
         """The worker's system prompt, or a child's agent type's (``[agents.NAME] system_prompt``),

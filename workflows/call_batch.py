@@ -152,7 +152,10 @@ class CallBatches:
         state.journal.emit(TurnEndEvent(turn=state.turn, usage=state.usage), now_ms())
 
     async def _record(self, state: LoopState, call: ToolUseBlock, output: ToolOutput) -> None:
-        """The call's result, then its boundary, whose export is acknowledged before we go on."""
+        """The call's result, then its boundary, whose export is acknowledged before we go on.
+        A ``task`` call's child's change is merged here, so the children of one answer are merged
+        in the answer's order (``child_merge.py``)."""
+        output = await self._step.merge_child(state, output)
         # the tool activity's own time, from the history, when it ran (see ToolOutput)
         at_ms = output.completed_at_ms
         state.add_tool_result(

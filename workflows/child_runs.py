@@ -1,7 +1,8 @@
 """The ``task`` tool: a call of it starts a child ``AgentRun`` and waits for its answer.
 
 The child is a run of its own (a child workflow: its own run id, history, context and
-export series) in the parent's session and workspace, started with the input a client
+export series) in the parent's session and workspace (a copy of its own for a child that may
+change files of a parent whose workspace follows it: ``child_workspace``), started with the input a client
 would send (``AgentRunInput``, with ``subagent`` saying who its parent is), so it is
 resolved, run, exported and ended as any run is. Its final answer is the call's tool
 result; a child that did not complete is a tool error the parent's model sees.
@@ -41,9 +42,10 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.errors import validation_message
     from durable_agent.core.failures import failure_message
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import ToolUseBlock, WorkspaceState
+    from durable_agent.core.models import ToolUseBlock, WorkspaceChange, WorkspaceState
     from durable_agent.core.output_schema import FINAL_RESULT_TOOL
     from durable_agent.core.run_api import WORKFLOW_TYPE, AgentRunInput, AgentRunResult
+    from durable_agent.core.run_workspace import RunWorkspace, TreeSource
     from durable_agent.core.subagents import (
         TASK,
         ChildRun,
@@ -85,6 +87,7 @@ def child_input(state: LoopState, args: TaskArgs, call: ToolUseBlock, together: 
     names = [o.definition.name for o in plan.tools if o.definition.name != FINAL_RESULT_TOOL]
     if kind is not None and kind.tools is not None:
         names = [name for name in names if name in kind.tools]
+    workspace, shared = child_workspace(state, names)
     origin = SubagentOrigin(
         parent_run_id=plan.run_id,
         parent_workflow_id=workflow.info().workflow_id,
@@ -92,6 +95,8 @@ def child_input(state: LoopState, args: TaskArgs, call: ToolUseBlock, together: 
         depth=subagents.depth + 1,
         agent_type=args.agent_type,
         tools=tuple(names),
+        tree=shared.tree if shared is not None else None,
+        host=shared.host if shared is not None else None,
     )
     budgets: dict[str, Any] = {}
     for budget in state.budgets():
@@ -105,7 +110,7 @@ def child_input(state: LoopState, args: TaskArgs, call: ToolUseBlock, together: 
     return AgentRunInput(
         prompt=args.prompt,
         session_id=plan.session_id,
-        workspace=plan.workspace,
+        workspace=workspace,
         model=(kind.model if kind is not None else None) or plan.model,
         permissions=child_policy(plan.permissions, kind.permissions if kind is not None else None),
         export_sink=plan.export_sink,
@@ -114,6 +119,32 @@ def child_input(state: LoopState, args: TaskArgs, call: ToolUseBlock, together: 
         subagent=origin,
         **budgets,
     )
+
+
+def child_workspace(state: LoopState, tools: list[str]) -> tuple[str | TreeSource, RunWorkspace | None]:
+    """Where a child offered ``tools`` works (docs/workspaces.md, Subagents).
+
+    Args:
+        state: The parent's state: its plan and its workspace's tree.
+        tools: The child's tools, by name.
+
+    Returns:
+        The child's ``workspace`` input, and the parent's workspace when the child shares it:
+        a parent whose workspace does not follow it shares its folder, as before; one that
+        follows gives a child that may change files a copy of its own, made from the parent's
+        tree (merged back when the parent records the call), and a child that only reads its own
+        tree and host.
+    """
+    plan, parent = state.plan, state.workspace
+    if not parent.follows or parent.tree is None:
+        return plan.workspace, None
+    offers = {o.definition.name: o for o in plan.tools}
+    writes = any(
+        not offers[name].read_only and not offers[name].in_workflow for name in tools if name in offers
+    )
+    if writes:
+        return TreeSource(tree=parent.tree), None
+    return plan.workspace, parent
 
 
 class SubagentRunner:
@@ -218,16 +249,25 @@ class SubagentRunner:
         child = child.model_copy(update={"run_id": handle.first_execution_run_id})
         state.record_subagent(child, now_ms())
         self._display.details(f"subagent `{workflow_id}` started: {args.description}", state)
-        ended, answer, final = await self._end(state, child, handle)
+        ended, answer, change = await self._end(state, child, handle)
         text, is_error = task_answer(ended, answer, self._limit(state))
-        # the files as the child left them: the parent's workspace from now on (docs/workspaces.md)
-        return ToolOutput(content=text, is_error=is_error, workspace=final)
+        if change is None or not change.final:
+            return ToolOutput(content=text, is_error=is_error)
+        # the files as the child left them: a child in the parent's folder gives the parent its
+        # tree; one that worked from the parent's tree (its base) has its change merged into the
+        # parent's when the call is recorded (``child_merge.py``; docs/workspaces.md)
+        return ToolOutput(
+            content=text,
+            is_error=is_error,
+            workspace=WorkspaceState(tree=change.final),
+            merge_base=change.base,
+        )
 
     async def _end(
         self, state: LoopState, child: ChildRun, handle: workflow.ChildWorkflowHandle[Any, AgentRunResult]
-    ) -> tuple[ChildRun, str, WorkspaceState | None]:
+    ) -> tuple[ChildRun, str, WorkspaceChange | None]:
         """The child as it ended, its end recorded, its final answer ("" when it has none), and
-        the tree its workspace ended at (None: it recorded none, or gave no result).
+        what it did to its workspace (None: it gave no result).
         A cancel of the parent cancels the child and waits for it to end, then stops the parent."""
         cancellation = self._cancellation
         try:
@@ -247,7 +287,7 @@ class SubagentRunner:
             )
             status = "cancelled" if cancelled else "failed"
             ended = child.model_copy(update={"status": status, "error": failure_message(exc)})
-            answer, final = "", None
+            answer, change = "", None
         else:
             last = result.exports[-1].content_digest if result.exports else None
             ended = child.model_copy(
@@ -260,12 +300,10 @@ class SubagentRunner:
                     "cost_usd": result.cost_usd,
                 }
             )
-            answer = result.text
-            change = result.workspace
-            final = WorkspaceState(tree=change.final) if change is not None and change.final else None
+            answer, change = result.text, result.workspace
         state.record_subagent(ended, now_ms())
         cancellation.check()
-        return ended, answer, final
+        return ended, answer, change
 
     @staticmethod
     def _limit(state: LoopState) -> int:

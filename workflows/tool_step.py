@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.tool_specs import ToolCallError, ToolOffer, find_offer, permission_targets
 
 from durable_agent.workflows.calls import CallRunner, Cancellation, missing_state, now_ms
+from durable_agent.workflows.child_merge import merged
 from durable_agent.workflows.child_runs import SubagentRunner
 from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.hook_runner import HookRunner
@@ -105,6 +106,13 @@ class ToolStep:
 
     def __post_init__(self) -> None:
         self._subagents = SubagentRunner(self._cancellation, self._display)  # ``task`` calls: child runs
+
+    async def merge_child(self, state: LoopState, output: ToolOutput) -> ToolOutput:
+        """A ``task`` call's output as the parent records it: its child's change merged into the
+        run's tree (``child_merge.py``); any other output as it is."""
+        if output.merge_base is None:
+            return output
+        return await merged(self._calls, state, output)
 
     async def step(self, state: LoopState, call: ToolUseBlock) -> ToolOutput:
         """Run one call, or explain to the model why it did not run.

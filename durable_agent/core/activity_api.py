@@ -141,6 +141,10 @@ class ToolOutput(Frozen):
     # The call did not run: this worker's copy is not at ``expect_tree`` and the run's host is
     # another worker, to which the workflow sends the call (``content`` says so).
     elsewhere: bool = False
+    # A ``task`` call's child that worked on a copy of its own: the tree it started from (its
+    # parent's at the call); ``workspace`` is the tree it ended at. The parent merges the child's
+    # change into its own tree when it records the call (``workflows/child_merge.py``).
+    merge_base: str | None = None
 
 
 class ModelStepInput(Frozen):
@@ -512,6 +516,37 @@ WORKSPACE_COMMIT = ActivityDecl[WorkspaceCommitInput, WorkspaceCommitted](
     _heartbeating(lambda t: t.tool_seconds, lambda t: t.tool_max_attempts),
 )
 
+
+class WorkspaceMergeInput(Frozen):
+    """A child run's change merged into its parent's workspace: git's three-way merge of
+    ``theirs`` (the child's final tree) into ``ours`` (the parent's tree now), from ``base`` (the
+    parent's tree when the child started). Every tree's objects are in the run's sink."""
+
+    workspace: str  # the parent's workspace: the merge uses its shadow repository's objects
+    sink: str
+    base: str = Field(pattern=r"^[0-9a-f]{40}$")
+    ours: str = Field(pattern=r"^[0-9a-f]{40}$")
+    theirs: str = Field(pattern=r"^[0-9a-f]{40}$")
+
+
+class WorkspaceMerge(Frozen):
+    """The merge's outcome: the merged tree (its new objects already in the sink), or the files
+    whose changes conflict (then ``tree`` is None and the parent's tree stays as it was)."""
+
+    tree: str | None = None
+    conflicts: tuple[str, ...] = ()
+
+
+# When a parent records a ``task`` call whose child changed files while the parent's tree moved
+# on too (a sibling merged first): an ordinary activity, on any worker, retried as a tool call is
+# (the same three trees merge to the same tree).
+WORKSPACE_MERGE = ActivityDecl[WorkspaceMergeInput, WorkspaceMerge](
+    "agent.workspace_merge",
+    WorkspaceMergeInput,
+    WorkspaceMerge,
+    _heartbeating(lambda t: t.tool_seconds, lambda t: t.tool_max_attempts),
+)
+
 # Only runs started before linear history load their session (``durable_agent.core.legacy_shapes``).
 LOAD_SESSION = ActivityDecl[LoadSessionInput, SessionRuns](
     "agent.load_session", LoadSessionInput, SessionRuns, _checkpoint(lambda _: 3)
@@ -534,6 +569,7 @@ ACTIVITIES: tuple[ActivityDecl[Any, Any], ...] = (
     RESTORE_WORKSPACE,
     WORKSPACE_CHANGE,
     WORKSPACE_COMMIT,
+    WORKSPACE_MERGE,
 )
 
 

@@ -104,6 +104,10 @@ class SubagentOrigin(Frozen):
     agent_type: str | None = None
     # the tools the child may be offered, by name (the parent's, or fewer)
     tools: tuple[str, ...] = ()
+    # A child that only reads, of a parent whose workspace follows it: the parent's tree and
+    # host, which the child's calls use (it shares the parent's copy; docs/workspaces.md).
+    tree: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    host: str | None = None
 
 
 class SubagentPlan(Frozen):

@@ -98,6 +98,7 @@ class ToolSpec:
             in_workflow=self.in_workflow,
             parallel=self.read_only if parallel is None else parallel,
             local=local and self.quick,
+            read_only=self.read_only,
         )
 
 
@@ -139,8 +140,12 @@ class ToolOffer(Sparse):
     # ``[tools] local_calls``). False in plans made before the field existed, so their runs
     # replay with ordinary activities; left out of the JSON when False.
     local: bool = False
+    # Whether the tool only reads (``ToolSpec.read_only``): a child run offered only such tools
+    # shares its parent's workspace instead of a copy of its own (``workflows/child_runs.py``).
+    # False in plans made before the field existed; left out of the JSON when False.
+    read_only: bool = False
 
-    left_out_at_default = ("targets_from", "in_workflow", "parallel", "local")
+    left_out_at_default = ("targets_from", "in_workflow", "parallel", "local", "read_only")
 
 
 def permission_targets(
