@@ -47,6 +47,7 @@ from durable_agent.core.export import (
     ResumedFrom,
     RunRecord,
     SessionCheckpointExportV1,
+    workspace_origin_of,
     workspace_tree_of,
 )
 from durable_agent.core.export_parts import PartedExport, hash_pieces
@@ -206,6 +207,7 @@ class RunLogs:
             # the same ledger and view the source run had, so the next request is the same
             context=ContextLedger.seeded(logical.messages, payload.source_run().events),
             workspace_tree=workspace_tree_of(payload.source_run().events),
+            workspace_origin=workspace_origin_of(payload.source_run().events),
             todos=plan_at_checkpoint(payload),
         )
 

@@ -324,16 +324,20 @@ class RunPlanner:
         folder = await asyncio.to_thread(run_folder, root, inp.session_id, inp.run_id)
         tree = inp.workspace_tree or (source.tree if isinstance(source, TreeSource) else None)
         origin = None
+        wanted = self.config.workspaces
+        branch = branch_name(wanted.branch, inp.session_id) if wanted.commit else None
         try:
             if tree is not None:
                 await self._restore_workspace(folder, tree, sink)
+                was = inp.resume_origin
+                if isinstance(source, GitSource) and was is not None and was.git == source.git:
+                    # resumed or rewound: its change still goes on the commit its first run began at
+                    origin = was.model_copy(update={"branch": branch})
             else:
                 assert isinstance(source, GitSource)
                 cache = await heartbeating(asyncio.to_thread(fetched, root, source))
-                commit, _ = await asyncio.to_thread(checkout_ref, cache, source.ref, folder)
-                wanted = self.config.workspaces
-                branch = branch_name(wanted.branch, inp.session_id) if wanted.commit else None
-                origin = WorkspaceOrigin(git=source.git, commit=commit, branch=branch)
+                commit, tree = await asyncio.to_thread(checkout_ref, cache, source.ref, folder)
+                origin = WorkspaceOrigin(git=source.git, commit=commit, tree=tree, branch=branch)
         except WorkspaceTreeError as exc:
             raise usage_error(f"the run's workspace could not be made from {source!r}: {exc}") from None
         return folder.resolve(), origin

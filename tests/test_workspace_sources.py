@@ -14,12 +14,19 @@ from temporalio.client import Client, WorkflowFailureError
 from durable_agent.activities import AgentActivities
 from durable_agent.cli.commands import build_parser
 from durable_agent.cli.run_commands import workspace_source
-from durable_agent.client import start_run
+from durable_agent.client import end_conversation, send_prompt, start_run
 from durable_agent.core.events import EventRecord, ToolEndEvent
 from durable_agent.core.failures import INVALID_RUN_INPUT
-from durable_agent.core.run_api import AgentRunInput, ApprovalAnswer, ApprovalDecision
+from durable_agent.core.run_api import (
+    UPDATE_REWIND,
+    AgentRunInput,
+    ApprovalAnswer,
+    ApprovalDecision,
+    RewindAccepted,
+    RewindRequest,
+)
 from durable_agent.core.run_workspace import GitSource, TreeSource
-from tests.helpers import awaiting_approval, final, running_worker, scripted_config, tool_call
+from tests.helpers import awaiting_approval, final, running_worker, scripted_config, status_when, tool_call
 
 GIT = ["git", "-c", "user.email=test@example.com", "-c", "user.name=test", "-c", "init.defaultBranch=main"]
 
@@ -247,3 +254,53 @@ async def test_the_change_from_a_git_source_is_pushed_to_its_branch_as_the_rules
     assert git_out(bare, "rev-parse", f"{branch}^{{tree}}") == change.final
     assert git_out(bare, "rev-parse", f"{branch}^") == main  # on the commit the run started from
     assert git_out(bare, "log", "-1", "--format=%s", branch) == "Fix it"
+
+
+async def test_a_rewound_run_from_a_git_source_pushes_its_files_after_the_first_runs_commit(
+    client: Client, tmp_path: Path
+) -> None:
+    bare, _ = repository(tmp_path)
+    main = git_out(bare, "rev-parse", "main")
+    config = scripted_config(
+        tmp_path,
+        [
+            tool_call("w1", "write", file_path="one.txt", content="turn one\n"),
+            final("first"),
+            tool_call("w2", "write", file_path="two.txt", content="turn two\n"),
+            final("second"),
+        ],
+        permissions={"allow": ["write(**)", "git_push(agent/*)"], "default": "deny"},
+        workspaces={"root": str(tmp_path / "workspaces"), "commit": True},
+    )
+    async with running_worker(client, AgentActivities(config)) as queue:
+        run = AgentRunInput(prompt="Fix it", workspace=GitSource(git=str(bare), ref="main"), follow_ups=True)
+        handle = await start_run(client, run, queue=queue)
+        first = await status_when(handle, lambda s: s.status == "awaiting_prompt", "the first turn")
+        await send_prompt(handle, "and more")
+        await status_when(handle, lambda s: s.status == "awaiting_prompt" and s.turn >= 2, "the second turn")
+        # the repository moves on meanwhile: the rewound run's change still goes on ``main`` as it was
+        moved = tmp_path / "moved"
+        subprocess.run([*GIT, "clone", "-q", str(bare), str(moved)], check=True)
+        (moved / "other.txt").write_text("someone else\n")
+        for args in (["add", "."], ["commit", "-qm", "meanwhile"], ["push", "-q", "origin", "main"]):
+            subprocess.run([*GIT, *args], cwd=moved, check=True)
+        await handle.execute_update(
+            UPDATE_REWIND, RewindRequest(turn=1, prompt="instead"), result_type=RewindAccepted
+        )
+        await status_when(
+            handle, lambda s: s.status == "awaiting_prompt" and s.run_id != first.run_id, "the rewound turn"
+        )
+        await end_conversation(handle)
+        result = await handle.result()
+    assert result.status == "completed", result.error
+    change = result.workspace
+    assert change is not None and change.commit is not None, change
+    branch = f"agent/{result.session_id}"
+    assert git_out(bare, "rev-parse", branch) == change.commit
+    # on the run's first commit, which the rewind ended, on ``main`` as the run found it (not
+    # the commit the repository moved to): a fast-forward, never forced
+    assert git_out(bare, "rev-parse", f"{branch}^^") == main
+    assert "two.txt" in git_out(bare, "ls-tree", "--name-only", f"{branch}^").split()
+    files = git_out(bare, "ls-tree", "--name-only", branch).split()
+    # the files of turn 1, where the run went back to
+    assert "one.txt" in files and "two.txt" not in files and "other.txt" not in files, files

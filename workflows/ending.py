@@ -86,7 +86,8 @@ class Ending:
         rules allow ``git_push(<branch>)`` (or a person does, for ``ask``); the result says what
         happened (``WorkspaceChange.commit``, or ``pushed``: why not)."""
         origin, ws = state.plan.workspace_origin, state.workspace
-        if origin is None or origin.branch is None or ws.tree is None or ws.tree == ws.base:
+        # unchanged since the commit it began at (a rewound run's base is its turn's tree, not that)
+        if origin is None or origin.branch is None or ws.tree is None or ws.tree == (origin.tree or ws.base):
             return
         branch = origin.branch
         decision = state.plan.permissions.decide(GIT_PUSH, branch)

@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.context import ContextLedger
     from durable_agent.core.errors import validation_message
     from durable_agent.core.events import ErrorEvent, ToolsUnavailableEvent
-    from durable_agent.core.export import CheckpointPayload, ResumedFrom, workspace_tree_of
+    from durable_agent.core.export import CheckpointPayload, ResumedFrom, workspace_origin_of, workspace_tree_of
     from durable_agent.core.failures import INPUT_TOO_LARGE, INVALID_RUN_INPUT, failure_message
     from durable_agent.core.loop import LoopState
     from durable_agent.core.plan import RunPlan, Timeouts
@@ -223,6 +223,7 @@ class Starter:
                 "resumed_from": point.resumed_from,
                 "resume_permissions": point.capability_binding.permissions,
                 "workspace_tree": point.workspace_tree,
+                "resume_origin": point.workspace_origin,
             }
             prompt = prompt or point.prompt
         if resume is not None:
@@ -236,9 +237,12 @@ class Starter:
                 ),
                 "resume_permissions": logical.capability_binding.permissions,
                 "workspace_tree": workspace_tree_of(resume.source_run().events),
+                "resume_origin": workspace_origin_of(resume.source_run().events),
             }
             bound = logical.capability_binding
             prompt = prompt or source.prompt
+        if facts.get("resume_origin") is None:  # a run's input keeps the bytes it had before it
+            facts.pop("resume_origin", None)
         if run_input.force_resume or facts.get("workspace_tree") is None:
             # the workspace is compared with the checkpoint's files only when it recorded them
             facts.pop("workspace_tree", None)

@@ -179,7 +179,9 @@ def commit_and_push(
         url: The repository, as the run's source named it.
         parent: The commit the run's workspace was made from.
         tree: The run's final tree.
-        branch: The branch to push to (made, or moved on: never forced).
+        branch: The branch to push to (made, or moved on: never forced). Where it is already
+            there and went on from ``parent`` (an earlier run of the session pushed it), the
+            commit is made on it instead.
         message: The commit's message.
         at_seconds: The commit's time (epoch seconds): the same commit for the same change.
 
@@ -204,6 +206,29 @@ def commit_and_push(
         "GIT_AUTHOR_DATE": f"{at_seconds} +0000",
         "GIT_COMMITTER_DATE": f"{at_seconds} +0000",
     }
+    head = _branch_head(cache, branch)
+    if head is not None and _git("rev-parse", f"{head}^{{tree}}", git_dir=cache) == tree:
+        return head  # already there: an attempt again after one whose push went through
+    if head is not None and _descends(cache, head, parent):
+        # the session's branch, pushed by an earlier run of it (one a rewind or a resume went on
+        # from): this change follows it, with the run's files, as a fast-forward
+        parent = head
     commit = _git("commit-tree", tree, "-p", parent, "-m", message, git_dir=shadow, env=who)
     _git("push", "--quiet", "--", url, f"{commit}:refs/heads/{branch}", git_dir=shadow)
     return commit
+
+
+def _branch_head(cache: Path, branch: str) -> str | None:
+    """``branch``'s commit in the mirror as last fetched (None: no such branch)."""
+    try:
+        return _git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", git_dir=cache)
+    except WorkspaceTreeError:
+        return None
+
+
+def _descends(cache: Path, commit: str, ancestor: str) -> bool:
+    try:
+        _git("merge-base", "--is-ancestor", ancestor, commit, git_dir=cache)
+    except WorkspaceTreeError:
+        return False
+    return True

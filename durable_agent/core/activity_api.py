@@ -51,6 +51,9 @@ class ResolveInput(Frozen):
     # A resumed run's checkpoint recorded the workspace as this git tree: the run is refused
     # where the workspace's files differ (None: no tree, or a resume with ``force_resume``).
     workspace_tree: str | None = None
+    # A resumed or rewound run made from a git source: where its checkpoint's run's workspace came
+    # from, so that its change is committed on the same commit and pushed (``[workspaces] commit``).
+    resume_origin: WorkspaceOrigin | None = None
     # A rewound run whose workspace follows it: the worker makes its copy hold ``workspace_tree``
     # (the run asked for those files) instead of refusing a copy that differs.
     restore_workspace: bool = False
@@ -189,6 +192,8 @@ class ResumePoint(Frozen):
     context: ContextLedger | None = None
     # the workspace's git tree at the checkpoint (its last ``tool_end`` that recorded one)
     workspace_tree: str | None = None
+    # where the run's workspace came from, when a git source made it (its ``run_start`` event)
+    workspace_origin: WorkspaceOrigin | None = None
     # the model's plan at the checkpoint (``todo_list.plan_at_checkpoint``); none in a point
     # recorded before it was sent
     todos: tuple[TodoItem, ...] = ()

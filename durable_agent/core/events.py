@@ -22,6 +22,7 @@ from durable_agent.core.models import (
     WorkspaceRestore,
     WorkspaceState,
 )
+from durable_agent.core.run_workspace import WorkspaceOrigin
 
 
 class RunStartEvent(Sparse):
@@ -36,8 +37,11 @@ class RunStartEvent(Sparse):
     # The workspace's tree when the run started (its base), for a run whose workspace follows
     # it (docs/workspaces.md). Left out of the JSON when None, as for runs before it.
     workspace: WorkspaceState | None = None
+    # Where a workspace made from a git source came from and where its change goes: a resumed or
+    # rewound run takes it from here, so its change is still pushed. Left out of the JSON when None.
+    origin: WorkspaceOrigin | None = None
 
-    left_out_at_default = ("instruction_files", "workspace")
+    left_out_at_default = ("instruction_files", "workspace", "origin")
 
 
 class TextDeltaEvent(Frozen):

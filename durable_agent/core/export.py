@@ -18,10 +18,11 @@ from pydantic import ConfigDict, Field, ValidationError
 from durable_agent.core.canonical import CanonicalJsonError, canonical_bytes, digest_of, sha256_digest
 from durable_agent.core.capability_binding import CapabilityBinding
 from durable_agent.core.errors import DurableAgentError, validation_message
-from durable_agent.core.events import EventRecord, ToolEndEvent
+from durable_agent.core.events import EventRecord, RunStartEvent, ToolEndEvent
 from durable_agent.core.json_limits import DOCUMENT_MAX_DEPTH, JsonLimitError
 from durable_agent.core.json_limits import loads as bounded_loads
 from durable_agent.core.models import Frozen, ImageBlock, Message, TokenUsage
+from durable_agent.core.run_workspace import WorkspaceOrigin
 
 EXPORT_SCHEMA: Final = "durable-agent.session-checkpoint-export.v1"
 PAYLOAD_SCHEMA: Final = "durable-agent.session-checkpoint-payload.v1"
@@ -405,6 +406,22 @@ def _check_image(image: ImageBlock) -> None:
 def tool_end_ids(record: RunRecord) -> list[str]:
     """Tool call ids of the run's ``tool_end`` events, in order."""
     return [e.event.id for e in record.events if isinstance(e.event, ToolEndEvent)]
+
+
+def workspace_origin_of(events: Sequence[EventRecord]) -> WorkspaceOrigin | None:
+    """Where the run's workspace came from, as its ``run_start`` event says (a workspace made from
+    a git source; None otherwise).
+
+    Args:
+        events: A run's events, in order (an export's ``source_run().events``).
+
+    Returns:
+        The origin, or None.
+    """
+    for record in events:
+        if isinstance(record.event, RunStartEvent):
+            return record.event.origin
+    return None
 
 
 def workspace_tree_of(events: Sequence[EventRecord]) -> str | None:

@@ -119,6 +119,7 @@ class LoopState:
             resumed_from=lineage,
             instruction_files=plan.instruction_files,
             workspace=plan.workspace_base,
+            origin=plan.workspace_origin,
         )
         self.journal.emit(event, now_ms)
         self.journal.start_context(point.context if point is not None else context, now_ms)

@@ -37,12 +37,15 @@ class WorkspaceOrigin(Frozen):
     Attributes:
         git: The repository, as the source named it.
         commit: The commit its ref was at when the run started.
+        tree: That commit's tree (None: an origin recorded before it was kept), to which a rewound
+            run, whose base is the turn's tree, compares its final tree to know it changed files.
         branch: The branch the run's change is committed to and pushed at its end (None: it is
             not: ``[workspaces] commit`` is off).
     """
 
     git: str
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    tree: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
     branch: str | None = None
 
 
