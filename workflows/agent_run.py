@@ -15,7 +15,8 @@ collaborators: ``starting.py`` (start, resume, continue as new), ``call_batch.py
 activity), ``log_keeper.py`` (the run's log and its boundaries), ``display.py``
 (details and search attributes), ``approval_book.py`` (the calls waiting for a
 decision), ``calls.py`` (activities and the cancel), ``ending.py`` (how a run
-closes, a cancelled one in the Canceled state).
+closes, a cancelled one in the Canceled state), ``upgrading.py`` (a pinned run moving to its
+deployment's new build at a safe point).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         QUERY_STATUS,
         SIGNAL_CANCEL,
         SIGNAL_END,
+        SIGNAL_UPGRADE,
         UPDATE_APPROVE,
         UPDATE_PROMPT,
         UPDATE_REWIND,
@@ -84,12 +86,17 @@ from durable_agent.workflows.log_keeper import LogKeeper
 from durable_agent.workflows.rewinding import Rewinder, rewind_event
 from durable_agent.workflows.starting import Starter
 from durable_agent.workflows.tool_step import ToolStep
+from durable_agent.workflows.upgrading import Upgrades, moves_while_waiting, target_changed
 
 
 class BudgetStop(Exception):
     """The run reached a budget: it ends ``budget_exhausted`` with this message."""
 
 
+# Pinned on a versioned worker, by its default behaviour (``deployments.deployment_config``): each
+# execution stays on the build that started it, and moves only by continuing as new
+# (``upgrading.py``). Not declared here: the server (1.32) refuses every workflow task that names
+# a behaviour from an unversioned worker, and a worker without a deployment must run it as before.
 @workflow.defn(name="AgentRun")
 class AgentRun:
     """Runs one prompt to its end; see the module docstring."""
@@ -123,6 +130,7 @@ class AgentRun:
         self._prompt: str | None = None
         self._end_requested = False
         self._ended = False
+        self._upgrades = Upgrades()  # the ``upgrade`` signal: a waiting run looks for a new build
 
     def _attach(self, state: LoopState) -> None:
         """From now on the queries and updates read ``state`` (set before the run's log opens)."""
@@ -153,6 +161,11 @@ class AgentRun:
     def end(self) -> None:
         """Close a conversation that waits for its next prompt (at once) or will (at its answer)."""
         self._end_requested = True
+
+    @workflow.signal(name=SIGNAL_UPGRADE)
+    def upgrade(self) -> None:
+        """Wake a waiting run: it moves to its deployment's new build, if there is one."""
+        self._upgrades.ask()
 
     @workflow.update(name=UPDATE_PROMPT)
     def prompt(self, prompt: FollowUpPrompt) -> PromptAccepted:
@@ -387,22 +400,21 @@ class AgentRun:
             f"close with `durable-agent end {wid}`",
             state,
         )
-        try:
-            await workflow.wait_condition(
-                lambda: (
-                    self._rewinder.due is not None
-                    or (
-                        not self._rewinder.restoring
-                        and (self._prompt is not None or self._end_requested or self._cancellation.requested)
-                    )
-                ),
-                timeout=timedelta(seconds=timeout) if timeout else None,
-                timeout_summary="idle timeout: no next prompt",
-            )
-        except TimeoutError:
-            pass
-        except asyncio.CancelledError:
-            self._cancellation.temporal_request()
+        while True:
+            try:
+                await workflow.wait_condition(
+                    lambda: self._woken(state),
+                    timeout=timedelta(seconds=timeout) if timeout else None,
+                    timeout_summary="idle timeout: no next prompt",
+                )
+            except TimeoutError:
+                break
+            except asyncio.CancelledError:
+                self._cancellation.temporal_request()
+            if not self._moves(state):
+                break
+            # to the deployment's new build, unless a prompt came meanwhile (``upgrading.py``)
+            await self._starter.move(state, lambda: self._moves(state))
         await self._rewinder.settled(self._cancellation)  # a timeout during a rewind's restore
         self._awaiting_prompt = False
         self._cancellation.check()  # a cancel ends the conversation as any cancel does: cancelled
@@ -416,6 +428,24 @@ class AgentRun:
         self._admission.queued(prompt)
         self._display.status(EXECUTING)
         return True
+
+    def _woken(self, state: LoopState) -> bool:
+        """What ends the wait for a prompt: a rewind, a prompt, ``end``, a cancel, or a move."""
+        if self._rewinder.due is not None:
+            return True
+        given = self._prompt is not None or self._end_requested or self._cancellation.requested
+        return (given and not self._rewinder.restoring) or self._moves(state)
+
+    def _moves(self, state: LoopState) -> bool:
+        """Whether the run, waiting for its next prompt, moves to a new build now."""
+        return moves_while_waiting(
+            target_changed=target_changed(),
+            can_carry=state.journal.can_carry(),
+            prompt_given=self._prompt is not None,
+            end_requested=self._end_requested,
+            cancel_requested=self._cancellation.requested,
+            rewinding=self._rewinder.due is not None or self._rewinder.restoring,
+        )
 
     async def _run_calls(self, state: LoopState, calls: list[ToolUseBlock]) -> None:
         """One model step's tool calls, each followed by its tool boundary; those safe together

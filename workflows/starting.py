@@ -57,6 +57,7 @@ from durable_agent.workflows.patches import (
     PATCH_SHELL_UNSEEN,
     SAME_BYTES_PATCH,
 )
+from durable_agent.workflows.upgrading import build_id, continue_reason, target_changed
 
 # Before the plan exists the worker's timeouts are not known: the activities that make it
 # (resolve, read an export file) have fixed options, whatever timeouts they are given.
@@ -288,31 +289,63 @@ class Starter:
 
     def continued(self, carried: CarriedState) -> LoopState:
         """The same run, in the execution it continued as new into."""
+        # a schema this build cannot read fails the workflow task, not the run: it goes on once a
+        # build that reads it is current (``CARRIED_STATE_SCHEMA``)
+        carried.check_readable()
         self.session_id, self.run_id = carried.plan.session_id, carried.plan.run_id
         self.executions = carried.executions
         self._log.local_bookends = ask_patches_first(new_run=False)
         self._display.started(self.session_id, unless_set=self._log.local_bookends)
         state = LoopState.restore(carried)
         self._attach(state)
+        build = build_id()
         self._display.details(
-            f"continued as new (execution {carried.executions + 1}) at turn {carried.turn}", state
+            f"continued as new (execution {carried.executions + 1}) at turn {carried.turn}"
+            + (f" on build {build}" if build else ""),
+            state,
         )
         return state
 
     def should_continue_as_new(self, state: LoopState) -> bool:
-        info, plan = workflow.info(), state.plan
+        """Whether the run, at a tool boundary, continues as new now: for a fresh history, or to
+        move to its deployment's new build (``upgrading.py``)."""
+        info, limits = workflow.info(), state.plan.limits
         # the next execution starts from a reference to the store's copy: it must hold everything
-        return state.journal.can_carry() and (
-            info.is_continue_as_new_suggested()
-            or info.get_current_history_length() > plan.limits.continue_as_new_events
-            or info.get_current_history_size() > plan.limits.continue_as_new_bytes
+        reason = continue_reason(
+            can_carry=state.journal.can_carry(),
+            target_changed=target_changed(),
+            history_suggested=info.is_continue_as_new_suggested(),
+            history_over=info.get_current_history_length() > limits.continue_as_new_events
+            or info.get_current_history_size() > limits.continue_as_new_bytes,
         )
+        return reason is not None
 
     async def continue_as_new(self, state: LoopState) -> NoReturn:
-        """Go on in a fresh history, seeded from the checkpoint just exported."""
+        """Go on in a fresh history, seeded from the checkpoint just exported; on the
+        deployment's new build when it has one for this run (``upgrading.py``)."""
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._cancellation.check()  # a cancel that came meanwhile ends the run here instead
-        carried = state.carry(self.executions + 1)
+        self._go_on(state)
+
+    async def move(self, state: LoopState, still: Callable[[], bool]) -> None:
+        """A run that waits moves to the deployment's new build: it continues as new, unless
+        something came while the handlers in flight finished.
+
+        Args:
+            state: the run's state, whose log the store holds whole.
+            still: whether the run still waits with nothing to do, asked once the handlers in
+                flight have finished (a prompt that came meanwhile is answered first).
+
+        Returns:
+            Only when ``still`` says no; otherwise the execution ends here.
+        """
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._cancellation.check()
+        if still():
+            self._go_on(state)
+
+    def _go_on(self, state: LoopState) -> NoReturn:
+        carried = state.carry(self.executions + 1).stamped()
         assert self._input is not None
         next_input = self._input.model_copy(
             update={
@@ -323,10 +356,17 @@ class Starter:
                 "rewind": None,
             }
         )
-        # started with the CLI's default (10 s), a run gets ours from its next execution on
+        moving = target_changed()
+        if moving:
+            self._display.details("moving to the deployment's new build (continue as new)", state)
+        # started with the CLI's default (10 s), a run gets ours from its next execution on;
+        # a move starts the next execution on the deployment's target build, pinned there after
         workflow.continue_as_new(
             next_input.model_dump(mode="json", exclude_none=True),
             task_timeout=timedelta(seconds=state.plan.timeouts.workflow_task_seconds),
+            initial_versioning_behavior=(
+                workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if moving else None
+            ),
         )
 
     def check_history(self, state: LoopState) -> None:

@@ -386,6 +386,23 @@ def _add_mcp_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     listed.set_defaults(func=Handler("mcp", "cmd_mcp_list"))
 
 
+def _add_upgrade_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``upgrade`` (``cli/upgrade.py``)."""
+    upgrade = sub.add_parser(
+        "upgrade", help="wake a task queue's runs that wait, to move each to its deployment's new build"
+    )
+    upgrade.add_argument("--task-queue", required=True, metavar="QUEUE", help="the queue the runs started on")
+    upgrade.add_argument("--dry-run", action="store_true", help="list the runs, wake none")
+    upgrade.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="first wait this long at most for a new current build to reach the task queues (default 30)",
+    )
+    upgrade.set_defaults(func=Handler("upgrade", "cmd_upgrade"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``durable-agent`` argument parser.
 
@@ -403,6 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gc_command(sub)
     _add_codec_commands(sub)
     _add_mcp_commands(sub)
+    _add_upgrade_command(sub)
     return parser
 
 

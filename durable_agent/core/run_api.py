@@ -65,6 +65,9 @@ UPDATE_STEER = "steer"  # a user message the model sees at its next request
 SIGNAL_END = "end"  # close a conversation that waits for a prompt
 # a run that waits for a prompt goes back to one of its exported turns: files and conversation
 UPDATE_REWIND = "rewind"
+# wake a waiting run so that it looks whether its worker deployment has a new current build, and
+# moves to it (docs/deploys.md): a run that waits creates no workflow task of its own to notice
+SIGNAL_UPGRADE = "upgrade"
 
 # Search attributes the worker registers (Keyword) and the workflow keeps current.
 SA_SESSION_ID = "AgentSessionId"
@@ -413,6 +416,26 @@ class AgentRunResult(Sparse):
     left_out_at_default = ("output", "cost_usd", "workspace")
 
 
+# The schema of ``CarriedState`` this build writes, and the oldest it reads (docs/deploys.md,
+# "The carried state"). 1: the state before the schema was written (no ``schema_version``). A
+# build reads the schema it writes and the one before it (a run moving to it from the build
+# before); and a newer one whose ``min_reader`` it meets (a rollback moves runs back to it): a
+# newer build that only adds top-level fields with defaults keeps ``min_reader`` (the older one
+# ignores them); one that changes what a field means, or adds one in a nested model, raises it.
+CARRIED_STATE_SCHEMA = 2
+CARRIED_STATE_OLDEST = CARRIED_STATE_SCHEMA - 1
+# The oldest schema a build must read to take the state this build writes.
+CARRIED_STATE_MIN_READER = 1
+
+
+class CarriedStateUnreadable(RuntimeError):
+    """The carried state's schema is one this build cannot read.
+
+    Raised in the workflow (not an ``ApplicationError``), it fails the workflow task, not the run:
+    Temporal retries the task, and the run goes on once a build that reads it is current.
+    """
+
+
 class CarriedState(Frozen):
     """What a run hands to its next execution when it continues as new.
 
@@ -420,8 +443,18 @@ class CarriedState(Frozen):
     never the state itself, plus the run's own counters: the next execution
     keeps the run id, the turn numbers, the event sequence and the export
     series. ``events`` is the newest events only, for followers that lag.
+
+    A versioned schema (``schema_version``, ``min_reader``; see ``CARRIED_STATE_SCHEMA``): the
+    build a run moves to and the build before it both read it, and fields a newer build added at
+    this level are ignored (``extra="ignore"``), so that a rollback moves runs back.
     """
 
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    # absent in the states written before the schema was: those are schema 1; a run writes
+    # this build's (``stamped``)
+    schema_version: int = Field(1, ge=1)
+    min_reader: int = Field(1, ge=1)  # the oldest schema a build must read to take this state
     plan: RunPlan
     created_at_ms: int
     turn: int
@@ -449,6 +482,36 @@ class CarriedState(Frozen):
     # Carried whole by runs recorded before linear history; replayed, never written.
     messages: tuple[Message, ...] = ()
     prior_runs: tuple[RunRecord, ...] = ()
+
+    def stamped(self) -> CarriedState:
+        """This state as this build writes it: its schema and the oldest reader it needs.
+
+        Returns:
+            A copy with ``schema_version`` ``CARRIED_STATE_SCHEMA`` and ``min_reader``
+                ``CARRIED_STATE_MIN_READER``.
+        """
+        return self.model_copy(
+            update={"schema_version": CARRIED_STATE_SCHEMA, "min_reader": CARRIED_STATE_MIN_READER}
+        )
+
+    def check_readable(self) -> None:
+        """Refuse a state this build cannot read (``CARRIED_STATE_SCHEMA`` says which).
+
+        Raises:
+            CarriedStateUnreadable: Its schema is older than ``CARRIED_STATE_OLDEST``, or newer
+                and asks for a reader newer than this build.
+        """
+        if self.schema_version < CARRIED_STATE_OLDEST:
+            raise CarriedStateUnreadable(
+                f"the run carried state of schema {self.schema_version}; this build reads "
+                f"{CARRIED_STATE_OLDEST} to {CARRIED_STATE_SCHEMA}: make current a build that reads it"
+            )
+        if self.min_reader > CARRIED_STATE_SCHEMA:
+            raise CarriedStateUnreadable(
+                f"the run carried state of schema {self.schema_version}, which a build of schema "
+                f"{self.min_reader} or newer must read; this build is of schema {CARRIED_STATE_SCHEMA}: "
+                "make current a build that reads it"
+            )
 
 
 AgentRunInput.model_rebuild()
