@@ -23,6 +23,7 @@ from durable_agent.activities.workspaces.copies import WorkspaceCopies, entered,
 from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
 from durable_agent.core.models import ImageBlock, Message
 from durable_agent.core.run_log import StateMissing, recorded_result
+from durable_agent.core.surrogates import text_without_lone_surrogates
 from durable_agent.core.tool_specs import ToolCallError, validate_args
 from durable_agent.telemetry_spans import ActivityTelemetry, ToolCallSpan, activity_metrics
 
@@ -141,7 +142,7 @@ class ToolCalls:
             CURRENT_CALL.set(inp)
             content = await heartbeating(tool.run(args, Path(inp.workspace)))
         except (ToolCallError, ToolFailure) as exc:
-            return ToolOutput(content=self.redact(str(exc)), is_error=True)
+            return ToolOutput(content=self.redact(text_without_lone_surrogates(str(exc))), is_error=True)
         except Exception as exc:
             log.exception("tool %s of run %s failed", inp.name, inp.run_id)
             # Temporal retries it, unless the tool is not safe to repeat: a bug of ours, not the
@@ -157,7 +158,9 @@ class ToolCalls:
             # kept in the store before the call returns: the history will hold only their digests
             images = await heartbeating(stage_images(self.store, inp.run_id, content.images))
             content = content.text
-        content = self.redact(content)
+        # an MCP server's or a tool of your own's text may hold a lone surrogate, which no UTF-8
+        # encoder (a payload, the store, an export) takes: replaced, as in model output
+        content = self.redact(text_without_lone_surrogates(content))
         # A local call's output goes to the boundary's local activity, whose input the history
         # does not record: nothing to save by keeping it in the store first.
         staged = inp.recorded_after is None and await stage(self.store, inp.run_id, content)

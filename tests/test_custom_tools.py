@@ -26,6 +26,7 @@ from durable_agent.activities.tools.builtin import builtin_tools
 from durable_agent.activities.tools.custom import parse_docstring
 from durable_agent.activities.tools.tool import Tool
 from durable_agent.client import run_result, start_run
+from durable_agent.core.canonical import CanonicalJsonError, canonical_bytes
 from durable_agent.core.events import ConfirmationRequiredEvent, PermissionDeniedEvent, ToolEndEvent
 from durable_agent.core.images import image_block
 from durable_agent.core.models import ToolResultBlock
@@ -483,3 +484,32 @@ async def test_a_cancel_reaches_an_async_tool(client: Client, tmp_path: Path) ->
         await handle.signal("cancel", "no time")
         result = await asyncio.wait_for(run_result(client, handle.id), 15)
     assert (result.status, result.error) == ("cancelled", "no time") and cancelled.is_set()
+
+
+async def test_a_lone_surrogate_in_a_tools_text_is_replaced_not_a_failure(
+    client: Client, tmp_path: Path
+) -> None:
+    """A tool's text (a tool of your own, an MCP server's) may hold a lone surrogate, which has
+    no UTF-8 form: the run records U+FFFD in its place, as it does for model output."""
+
+    @tool(read_only=True)
+    def odd(kind: str) -> str:
+        """Answer with a broken string."""
+        if kind == "fail":
+            raise ToolFailure("failed \ud83d here")
+        return "half an emoji: \ud83d."
+
+    script = [tool_call("o1", "odd", kind="ok"), tool_call("o2", "odd", kind="fail"), final("ok")]
+    config = scripted_config(tmp_path, script, permissions={"allow": ["odd"]})
+    sink = RecordingSink()
+    async with running_worker(client, AgentActivities(config, tools=[odd], sinks={"local": sink})) as queue:
+        result = await (await start(client, queue, workspace_with(tmp_path, {}), "odd")).result()
+    assert result.status == "completed", result.error
+    done = results(sink)
+    assert done["o1"].content == "half an emoji: \ufffd." and not done["o1"].is_error
+    assert done["o2"].content == "failed \ufffd here" and done["o2"].is_error
+
+
+def test_canonical_bytes_of_a_lone_surrogate_is_a_typed_error() -> None:
+    with pytest.raises(CanonicalJsonError, match="lone surrogate"):
+        canonical_bytes({"text": "a \udc80 b"})

@@ -12,7 +12,8 @@ from durable_agent.core.errors import DurableAgentError
 
 
 class CanonicalJsonError(DurableAgentError, ValueError):
-    """The value has no canonical JSON form: NaN or an infinity, or it nests too deep to encode.
+    """The value has no canonical JSON form: NaN or an infinity, a string with a lone surrogate,
+    or it nests too deep to encode.
 
     Raised instead of emitting text that is not JSON (``NaN``) or of the
     encoder's own ``RecursionError``; a ``ValueError``, as before.
@@ -33,7 +34,15 @@ def canonical_bytes(value: Any) -> bytes:
         if "Out of range float" in str(exc):
             raise CanonicalJsonError("NaN and Infinity have no canonical JSON form") from None
         raise CanonicalJsonError(f"the value has no canonical JSON form: {exc}") from None
-    return text.encode("utf-8")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # a string with a lone surrogate (U+D800 to U+DFFF), which no UTF-8 encoder takes; the
+        # text a run records is cleaned before it gets here (``core/surrogates.py``)
+        where = repr(exc.object[max(exc.start - 20, 0) : exc.end + 20])
+        raise CanonicalJsonError(
+            f"a string holds a lone surrogate, which has no UTF-8 form (near {where})"
+        ) from None
 
 
 def sha256_digest(data: bytes) -> str:
