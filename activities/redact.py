@@ -21,7 +21,10 @@ What counts as a credential, whatever its variable is called:
   ``X-Api-Key``, …) and a password in a provider's ``base_url``;
 - any variable of the worker's environment whose name says it holds one
   (``…KEY``, ``…TOKEN``, ``…SECRET``, ``…PASSWORD``, ``…CREDENTIALS``,
-  ``…AUTH…``).
+  ``…AUTH…``);
+- the password inside a URL or a ``password=`` DSN in any variable of the
+  worker's environment, whatever its name (``FAULTS_PG_DSN``): a credential by
+  its shape.
 
 Each value at least ``MIN_SECRET_CHARS`` long is matched as it is, as it
 appears inside a JSON string, URL-encoded (``%40``, ``+`` for a space, upper
@@ -101,6 +104,9 @@ class Redactor:
         pairs = [(name, env[name]) for name in names if env.get(name)]
         for name, value in list(pairs):
             pairs += [(name, part) for part in embedded_secrets(value)]
+        # a password is one by its shape, in a variable of any name (``FAULTS_PG_DSN``)
+        for name, value in env.items():
+            pairs += [(name, part) for part in passwords_in(value)]
         for name, value in env.items():
             if _OTEL_HEADERS.match(name) and value:
                 pairs += [(name, value)]
@@ -181,6 +187,12 @@ def embedded_secrets(value: str) -> Iterator[str]:
         decoded = _as_base64(token) if scheme.group(1).lower() == "basic" else None
         if decoded is not None:
             yield decoded.decode("utf-8", "replace").partition(":")[2]
+    yield from passwords_in(value)
+
+
+def passwords_in(value: str) -> Iterator[str]:
+    """The passwords a value holds by its shape, whatever holds it: a URL's
+    (``scheme://user:PASSWORD@host``, as written and decoded) and libpq's ``password=PASSWORD``."""
     for match in re.finditer(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+", value):
         try:
             password = urlsplit(match.group(0)).password

@@ -63,6 +63,22 @@ def test_the_environment_gives_named_keys_and_variables_named_like_credentials()
     assert MIN_SECRET_CHARS == 8
 
 
+def test_a_password_in_a_url_or_dsn_is_a_credential_whatever_its_variable_is_called() -> None:
+    environ = {
+        "FAULTS_PG_DSN": "postgresql://agent:pg-pass-w0rd-17@db.internal:5432/agent",
+        "LEGACY_CONN": "host=db user=agent password='kv pass 123' dbname=x",
+        "UPSTREAM": "https://mirror.example.com/simple",  # a URL without a password: nothing
+        "GREETING": "Hello worldwide friends",  # not an authorization value by its name: kept
+    }
+    redact = Redactor.from_environment(None, environ)
+    text = "see postgresql://agent:pg-pass-w0rd-17@db.internal:5432/agent and kv pass 123; Hello worldwide"
+    assert redact(text) == (
+        "see postgresql://agent:[redacted: $FAULTS_PG_DSN]@db.internal:5432/agent and "
+        "[redacted: $LEGACY_CONN]; Hello worldwide"
+    )
+    assert {name for name, _ in redact.secrets} == {"FAULTS_PG_DSN", "LEGACY_CONN"}
+
+
 def test_what_mcp_servers_get_from_the_worker_is_redacted_too() -> None:
     """A server's ``env`` and ``headers`` values: a server may echo them back in a result."""
     environ = {"TRACKER_AUTH": "Bearer abcdefghijkl", "DB_PASS": "hunter2hunter2", "OTHER": "y" * 20}
