@@ -1,8 +1,9 @@
 """The state a run carries over continue-as-new is a versioned schema that the build a run moves
 to and the build before it both read (docs/deploys.md, "The carried state"): read both ways.
 
-- old → new: the state the release before wrote (``tests/carried_states/``, the continue-as-new
-  input of ``agent_run_continued_v10-last.json``, release 0.2) is read by this code as schema 1;
+- old → new: the states written before the schema (``tests/carried_states/``: the continue-as-new
+  inputs of ``agent_run_continued_v2-last.json``, release 0.1, and of
+  ``agent_run_continued_v10-last.json``, 0.2 before the schema) are read by this code as schema 1;
 - new → old (a rollback): a state a next build writes, with a top-level field this build lacks,
   is read by this code, its field ignored; one whose ``min_reader`` is past this build fails the
   workflow task, not the run, which waits for a build that reads it.
@@ -32,11 +33,12 @@ from durable_agent.core.run_api import (
 )
 from tests.helpers import running_worker, scripted_config, until
 
-PREVIOUS_RELEASE = Path(__file__).parent / "carried_states" / "continued_input_0.2.json"
+CARRIED = Path(__file__).parent / "carried_states"
+PREVIOUS_RELEASES = sorted(CARRIED.glob("continued_input_*.json"))
 
 
-def previous_input() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(PREVIOUS_RELEASE.read_text())
+def previous_input(path: Path = CARRIED / "continued_input_0.2.json") -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
     return data
 
 
@@ -48,8 +50,9 @@ def written_now() -> dict[str, Any]:
     return run_input.model_copy(update={"continued": carried}).model_dump(mode="json", exclude_none=True)
 
 
-def test_the_previous_release_s_state_reads_as_schema_1() -> None:
-    run_input = AgentRunInput.model_validate(previous_input())
+@pytest.mark.parametrize("path", PREVIOUS_RELEASES, ids=lambda p: p.stem)
+def test_a_state_written_before_the_schema_reads_as_schema_1(path: Path) -> None:
+    run_input = AgentRunInput.model_validate(previous_input(path))
     carried = run_input.continued
     assert carried is not None
     assert (carried.schema_version, carried.min_reader) == (1, 1)

@@ -24,6 +24,15 @@ started since hold a deprecated marker, which replays without it). Before deploy
 ``deprecate_in``, no execution begun on a worker of ``release`` or earlier may be open, or closed
 within the namespace's retention (a query, ``result`` among them, replays a closed run).
 
+With worker versioning (docs/deploys.md) a run is pinned to the build that started it and
+replays only there, so a change shipped as a new build needs no patch for the runs pinned to
+other builds. The ledger stays for what versioning does not cover: the runs started on
+unversioned workers before the cutover (the first versioned build takes and replays them),
+unversioned workers, and an emergency fix deployed under the same build id. A pinned run's move to
+a new build (``upgrading.py``) needs none: it reads only what the history records. Each release
+also commits a history of its own (``agent_run_release_<release>.json``, and its ``-moved``:
+``scripts/record_release_history.py``), which every later release replays.
+
 Releases, as the code names them (no tag yet; ``__version__`` has said 0.1.0 throughout): 0.1 up
 to ``c144c0f`` (2026-11-30: the first format, then linear history), 0.2 from ``7319190``
 (2026-12-01, "the 0.2 layout") up to the next tag, 0.3. A patch committed after a tag ships in
@@ -103,6 +112,7 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_conversation_v5.json agent_run_guarded_v2.json agent_run_guarded_v4.json",
             "agent_run_guarded_v5.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
             "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
+            "agent_run_release_0.2.json",
             "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json agent_run_v2.json agent_run_v4.json",
             "agent_run_v5.json agent_run_v9.json",
@@ -128,6 +138,7 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_conversation_v4.json agent_run_conversation_v5.json agent_run_guarded_v4.json",
             "agent_run_guarded_v5.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
             "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
+            "agent_run_release_0.2-moved.json agent_run_release_0.2.json",
             "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json agent_run_v4.json agent_run_v5.json",
             "agent_run_v9.json",
@@ -153,6 +164,7 @@ LEDGER: tuple[Patch, ...] = (
         histories=listed(
             "agent_run_approval_v11.json agent_run_approval_v5.json agent_run_continued_v10-last.json",
             "agent_run_continued_v10.json agent_run_guarded_v5.json agent_run_parallel_v10.json",
+            "agent_run_release_0.2-moved.json agent_run_release_0.2.json",
             "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json agent_run_v5.json agent_run_v9.json",
         ),
@@ -175,7 +187,8 @@ LEDGER: tuple[Patch, ...] = (
         histories=listed(
             "agent_run_approval_v11.json agent_run_cancel_checkpoint_v7.json agent_run_cancelled_v6.json",
             "agent_run_continued_v10-last.json agent_run_continued_v10.json",
-            "agent_run_parallel_v10.json agent_run_subagents_v10-child1.json",
+            "agent_run_parallel_v10.json agent_run_release_0.2-moved.json agent_run_release_0.2.json",
+            "agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json",
         ),
     ),
@@ -194,6 +207,7 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_cancel_checkpoint_v7.json agent_run_continued_v10-last.json",
             "agent_run_continued_v10.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
             "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
+            "agent_run_release_0.2-moved.json agent_run_release_0.2.json",
             "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json agent_run_v9.json",
         ),
@@ -209,7 +223,8 @@ LEDGER: tuple[Patch, ...] = (
         asked="only when a new run's prompt is over the limit",
         histories=listed(
             "agent_run_approval_v11.json agent_run_bounded_prompt_v7.json agent_run_continued_v10.json",
-            "agent_run_parallel_v10.json agent_run_subagents_v10-child1.json",
+            "agent_run_parallel_v10.json agent_run_release_0.2.json",
+            "agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json",
         ),
     ),
@@ -224,7 +239,8 @@ LEDGER: tuple[Patch, ...] = (
         asked="only when the two judges decide a call differently (workflows/shell_gate.py)",
         histories=listed(
             "agent_run_approval_v11.json agent_run_continued_v10-last.json agent_run_continued_v10.json",
-            "agent_run_parallel_v10.json agent_run_shell_unseen_v7.json",
+            "agent_run_parallel_v10.json agent_run_release_0.2-moved.json agent_run_release_0.2.json",
+            "agent_run_shell_unseen_v7.json",
             "agent_run_subagents_v10-child1.json agent_run_subagents_v10.json agent_run_v10.json",
         ),
     ),
@@ -240,7 +256,8 @@ LEDGER: tuple[Patch, ...] = (
         histories=listed(
             "agent_run_approval_v11.json",
             "agent_run_continued_v10-last.json agent_run_continued_v10.json agent_run_hooks_v8.json",
-            "agent_run_parallel_v10.json agent_run_subagents_v10-child1.json",
+            "agent_run_parallel_v10.json agent_run_release_0.2-moved.json agent_run_release_0.2.json",
+            "agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json",
         ),
     ),
@@ -262,6 +279,7 @@ LEDGER: tuple[Patch, ...] = (
         histories=listed(
             "agent_run_approval_v11.json agent_run_continued_v10-last.json agent_run_continued_v10.json",
             "agent_run_parallel_v10.json agent_run_parallel_v8.json agent_run_parallel_v9.json",
+            "agent_run_release_0.2-moved.json agent_run_release_0.2.json",
             "agent_run_subagents_v10-child1.json agent_run_subagents_v10.json agent_run_v10.json",
         ),
     ),
@@ -283,7 +301,8 @@ LEDGER: tuple[Patch, ...] = (
         ),
         histories=listed(
             "agent_run_approval_v11.json agent_run_continued_v10-last.json agent_run_continued_v10.json",
-            "agent_run_parallel_v10.json agent_run_subagents_v10-child1.json",
+            "agent_run_parallel_v10.json agent_run_release_0.2-moved.json agent_run_release_0.2.json",
+            "agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json",
         ),
         old_branch=listed(
