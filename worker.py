@@ -3,9 +3,12 @@
 Reads ``TEMPORAL_ADDRESS`` / ``TEMPORAL_NAMESPACE`` (and Temporal's config
 profiles) like Temporal's own tools, the task queue from ``AGENT_TASK_QUEUE``
 (default ``agent``) and the agent config from the TOML file named by
-``AGENT_CONFIG`` (a built-in default when unset). A worker whose ``[sandbox]``
-cannot start here (no bubblewrap, no namespaces) refuses to start (exit 2)
-and says what to install.
+``AGENT_CONFIG`` (a built-in default when unset). With a deployment name
+(``[worker] deployment``, or ``AGENT_DEPLOYMENT``) it polls as one build of that
+Worker Deployment (``[worker] build_id``, ``AGENT_BUILD_ID``; default: the
+package's version and source digest) and the runs it starts stay on that build
+(``durable_agent/deployments.py``). A worker whose ``[sandbox]`` cannot start here
+(no bubblewrap, no namespaces) refuses to start (exit 2) and says what to install.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from durable_agent.activities.workspaces.hosting import WorkspaceHosting
 from durable_agent.client import connect, ensure_search_attributes, exit_process, task_queue
 from durable_agent.config import AgentConfig, ConfigError, load_config
 from durable_agent.core.errors import DurableAgentError
+from durable_agent.deployments import deployment_config, worker_deployment
 from durable_agent.plugin import HEARTBEAT_THROTTLE, NONSTICKY_POLL_RATIO, STICKY_TIMEOUT
 from durable_agent.telemetry import approvals_waiting_reporter, metrics_runtime, shutdown_tracing
 from durable_agent.workflows import AgentRun
@@ -45,7 +49,9 @@ def build_worker(
 ) -> Worker:
     """A worker for ``AgentRun`` and its activities on ``queue``.
 
-    It does not open the store's or the sinks' connections: ``await activities.connect()``
+    With a deployment in the config (``[worker] deployment``) or ``AGENT_DEPLOYMENT``, it polls
+    as that deployment's build (``deployments.deployment_config``), runs pinned to it; without,
+    unversioned. It does not open the store's or the sinks' connections: ``await activities.connect()``
     before running it to fail at the start rather than at a run's first step.
 
     Args:
@@ -60,7 +66,11 @@ def build_worker(
     Returns:
         A ``Worker`` for ``AgentRun`` and its activities, with the heartbeat throttle
             (1 s), sticky-queue timeout (2 s), polls shared with the shared queue and workflow
-            task slots a quick takeover relies on, running workflow code outside Temporal's sandbox.
+            task slots a quick takeover relies on, running workflow code outside Temporal's
+            sandbox, versioned as the config says.
+
+    Raises:
+        ConfigError: ``AGENT_DEPLOYMENT`` or ``AGENT_BUILD_ID`` holds a name Temporal would refuse.
     """
     return Worker(
         client,
@@ -82,6 +92,8 @@ def build_worker(
         workflow_runner=UnsandboxedWorkflowRunner(),
         # and the worker's own task queue, for the runs whose workspace it holds (docs/workspaces.md)
         plugins=[WorkspaceHosting(activities)],
+        # None (no deployment named): unversioned, as a worker was before versioning
+        deployment_config=deployment_config(activities.config),
     )
 
 
@@ -121,6 +133,7 @@ async def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config()
+        deployment = worker_deployment(config)
         activities = AgentActivities(config)
     except ConfigError as exc:
         print(f"worker: {exc}", file=sys.stderr)
@@ -162,6 +175,8 @@ async def main() -> int:
     try:
         async with worker, approvals_waiting_reporter(client, task_queue=worker.task_queue):
             log.info("worker polling task queue %r in namespace %r", worker.task_queue, client.namespace)
+            if deployment is not None:
+                log.info("as build %r of worker deployment %r", deployment.build_id, deployment.name)
             if config.metrics.bind:
                 log.info("Prometheus metrics at http://%s/metrics", config.metrics.bind)
             await stop.wait()

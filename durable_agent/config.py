@@ -417,8 +417,17 @@ _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 WORKFLOW_TASK_SLOTS = 4
 
 
+# Worker versioning's names (``[worker] deployment`` and ``build_id``, and the variables that
+# override them): Temporal writes a version as ``<deployment>.<build>`` and its search attribute
+# as ``<deployment>:<build>``, so a deployment's name holds neither; names starting ``__`` are
+# the server's own (``__unversioned__``).
+DEPLOYMENT_NAME_PATTERN = r"^[A-Za-z0-9][^.:\s]{0,254}$"
+BUILD_ID_PATTERN = r"^[A-Za-z0-9][^\s]{0,254}$"
+
+
 class WorkerConfig(_Strict):
-    """How much one worker process takes on at once (``build_worker`` and the plugin)."""
+    """How one worker process runs (``build_worker`` and the plugin): how much it takes on at
+    once, and the build it is of (worker versioning, ``durable_agent/deployments.py``)."""
 
     # Workflow tasks the process works on at once (Temporal's default is 100). A worker that takes
     # over a dead one's runs replays every run it polled at once, together: with 100 slots, ten
@@ -427,6 +436,15 @@ class WorkerConfig(_Strict):
     # 4 costs in throughput (20 runs on one worker) was within the bench's noise, or up to a
     # fifth in some runs: docs/production.md.
     workflow_task_slots: int = Field(WORKFLOW_TASK_SLOTS, ge=2, le=1_000)  # the SDK's floor: 2
+    # The Temporal Worker Deployment this worker's build belongs to. Set: each run is pinned to
+    # the build that started it, new runs go to the deployment's current build (``durable-agent
+    # deploy promote``). Unset: unversioned, every worker takes every run, and a change to what
+    # the workflow does needs a patch (docs/production.md, Deploys). ``AGENT_DEPLOYMENT``
+    # overrides it.
+    deployment: str | None = Field(None, pattern=DEPLOYMENT_NAME_PATTERN)
+    # This worker's build within the deployment; unset: the package's version and a digest of its
+    # source (``deployments.default_build_id``). ``AGENT_BUILD_ID`` overrides it.
+    build_id: str | None = Field(None, pattern=BUILD_ID_PATTERN)
 
 
 class MetricsConfig(_Strict):

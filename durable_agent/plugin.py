@@ -11,7 +11,9 @@ and the tracing interceptor when the ``OTEL_*`` variables ask for traces (it the
 workflows too); every worker built from that client also runs ``AgentRun`` and the agent's
 activities, opens the store's and sinks' connections before it polls and closes them after,
 and (with ``[metrics] bind``) serves Prometheus metrics and counts the runs waiting for
-approval. ``worker.py`` is the same worker with nothing of yours in it.
+approval. With ``[worker] deployment`` (or ``AGENT_DEPLOYMENT``) a worker given no deployment
+config of its own polls as that deployment's build, its runs pinned to it
+(``durable_agent/deployments.py``). ``worker.py`` is the same worker with nothing of yours in it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from durable_agent.client import agent_interceptors
 from durable_agent.codec import data_converter
 from durable_agent.config import AgentConfig, load_config
 from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
+from durable_agent.deployments import deployment_config
 from durable_agent.telemetry import approvals_waiting_reporter, metrics_runtime
 from durable_agent.workflows import AgentRun
 
@@ -193,10 +196,13 @@ class DurableAgentPlugin(SimplePlugin):
                 on) passed through a sandboxed workflow runner, and the heartbeat throttle
                 (1 s), sticky-queue timeout (2 s), the polls' share for the shared queue
                 (``NONSTICKY_POLL_RATIO``) and ``[worker] workflow_task_slots`` where the host
-                left the SDK's defaults (and set no tuner).
+                left the SDK's defaults (and set no tuner), and the deployment's build of
+                ``[worker] deployment`` (or ``AGENT_DEPLOYMENT``) where the host gave no
+                versioning of its own.
 
         Raises:
-            ConfigError: As ``agent_activities``, the first time.
+            ConfigError: As ``agent_activities``, the first time; ``AGENT_DEPLOYMENT`` or
+                ``AGENT_BUILD_ID`` holds a name Temporal would refuse.
             ValueError: The options hold no workflow runner.
         """
         if is_host_queue(config.get("task_queue") or ""):
@@ -210,6 +216,10 @@ class DurableAgentPlugin(SimplePlugin):
             config["nonsticky_to_sticky_poll_ratio"] = NONSTICKY_POLL_RATIO
         if config.get("max_concurrent_workflow_tasks") is None and config.get("tuner") is None:
             config["max_concurrent_workflow_tasks"] = self.config.worker.workflow_task_slots
+        # the host's own versioning, or the SDK's older build ids (which the SDK refuses beside a
+        # deployment config), is left as it is
+        if not any(config.get(key) for key in ("deployment_config", "use_worker_versioning", "build_id")):
+            config["deployment_config"] = deployment_config(self.config)
         return config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:

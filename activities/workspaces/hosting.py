@@ -55,7 +55,10 @@ async def hosting(worker: Worker, activities: AgentActivities) -> AsyncIterator[
         yield None
         return
     # the shared queue's worker's shutdown and heartbeat throttle: a host that dies is noticed a
-    # heartbeat timeout after its last beat there as here
+    # heartbeat timeout after its last beat there as here. And its build (worker versioning): the
+    # queue is then one of that build's, so a pinned run's calls sent here run on its own build
+    # only; a run moved to another build that sends one to a host of the old build waits
+    # host_wait_seconds, then a worker of its build takes the call over (workflows/hosting.py).
     config = worker.config()
     graceful = config.get("graceful_shutdown_timeout") or timedelta(0)
     throttle = config.get("max_heartbeat_throttle_interval") or timedelta(seconds=60)  # the SDK's default
@@ -65,6 +68,7 @@ async def hosting(worker: Worker, activities: AgentActivities) -> AsyncIterator[
         activities=activities.host_activities(),
         graceful_shutdown_timeout=graceful,
         max_heartbeat_throttle_interval=throttle,
+        deployment_config=config.get("deployment_config"),
     )
     sweeping = asyncio.create_task(_sweeping(activities))
     try:
