@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 from durable_agent.activities.compaction import context_policy
 from durable_agent.activities.instructions import ProjectInstructions, read_project_files, system_prompt
 from durable_agent.activities.mcp.catalog import McpCatalog
+from durable_agent.activities.offer_cache import OfferCache
 from durable_agent.activities.providers.model_provider import ModelProvider
 from durable_agent.activities.sinks import ExportSink
 from durable_agent.activities.support import heartbeating, usage_error
@@ -41,7 +42,6 @@ from durable_agent.core.subagents import TASK_SPEC, SubagentOrigin, SubagentPlan
 from durable_agent.core.tool_specs import (
     MCP_PREFIX,
     ToolOffer,
-    capability_binding,
     in_workflow_policy,
     offered_tools,
 )
@@ -55,7 +55,7 @@ def mcp_server_of(name: str) -> str | None:
 
 
 def within_catalog_budget(
-    offers: Sequence[ToolOffer], budget: int
+    offers: Sequence[ToolOffer], budget: int, *, size: Callable[[ToolOffer], int] | None = None
 ) -> tuple[list[ToolOffer], list[ToolsUnavailable]]:
     """The offers a plan can carry within ``budget`` bytes of definitions (canonical JSON), and
     the MCP servers left out.
@@ -67,23 +67,25 @@ def within_catalog_budget(
     Args:
         offers: The tools offered, by name.
         budget: ``[limits] max_tool_catalog_bytes``.
+        size: An offer's bytes (default: its definition's canonical JSON measured now).
 
     Returns:
         The offers kept (in their order), and one ``ToolsUnavailable`` per server left out.
     """
-    size = {o.definition.name: len(canonical_bytes(o.definition)) for o in offers}
+    measure = size or (lambda o: len(canonical_bytes(o.definition)))
+    sizes = {o.definition.name: measure(o) for o in offers}
     used = 0
     by_server: dict[str, list[str]] = {}
     for offer in offers:
         name = offer.definition.name
         server = mcp_server_of(name)
         if server is None:
-            used += size[name]
+            used += sizes[name]
         else:
             by_server.setdefault(server, []).append(name)
     left_out: list[ToolsUnavailable] = []
     for server, names in sorted(by_server.items()):
-        bytes_ = sum(size[n] for n in names)
+        bytes_ = sum(sizes[n] for n in names)
         if used + bytes_ > budget:
             reason = (
                 f"the definitions of its {len(names)} tools are {bytes_} bytes, and with the run's other "
@@ -110,6 +112,8 @@ class RunPlanner:
     workspace_trees: WorkspaceTrees | None = dataclasses.field(default=None, kw_only=True)
     # records the base of a run whose workspace follows it (None: no run's does)
     copies: WorkspaceCopies | None = dataclasses.field(default=None, kw_only=True)
+    # the tools' offers and bindings, built once a worker, not for each run
+    offers: OfferCache = dataclasses.field(default_factory=OfferCache, kw_only=True)
 
     @activity.defn(name=RESOLVE_RUN.name)
     async def resolve_run(self, inp: ResolveInput) -> RunPlan:
@@ -157,7 +161,7 @@ class RunPlanner:
             specs = [s for s in specs if s.name in inp.resume_tools]
         local = config.tools.local_calls
         offered = [
-            t.offer(parallel=together(t.name, t.read_only), local=local)
+            self.offers.offer(t, parallel=together(t.name, t.read_only), local=local)
             for t in offered_tools(specs, permissions)
         ]
         subagents = self._subagent_plan(run.subagent)
@@ -168,7 +172,9 @@ class RunPlanner:
             offered = [o for o in offered if o.definition.name in named]
         if run.output_schema is not None:
             offered.append(self._final_result_offer(run.output_schema, offered))
-        kept, left_out = within_catalog_budget(offered, config.limits.max_tool_catalog_bytes)
+        kept, left_out = within_catalog_budget(
+            offered, config.limits.max_tool_catalog_bytes, size=self.offers.size
+        )
         if left_out:
             activity.logger.warning(
                 "run %s: MCP server(s) %s left out: %s",
@@ -194,9 +200,7 @@ class RunPlanner:
             ),
             tools=offers,
             permissions=permissions,
-            capability_binding=capability_binding(
-                (o.definition for o in offers), permissions, project.records
-            ),
+            capability_binding=self.offers.binding(offers, permissions, project.records),
             export_sink=sink,
             max_tool_rounds=run.max_tool_rounds or config.max_tool_rounds,
             approval_timeout_seconds=run.approval_timeout_seconds or config.approval_timeout_seconds,
@@ -279,8 +283,11 @@ class RunPlanner:
             return offered
         if any(o.definition.name == name for o in offered):
             return offered
-        spec = dataclasses.replace(TASK_SPEC, description=task_description(subagents.types))
-        task = spec.offer(parallel=self.config.tools.parallel_calls)
+        description, parallel = task_description(subagents.types), self.config.tools.parallel_calls
+        task = self.offers.keyed(
+            (name, description, parallel),
+            lambda: dataclasses.replace(TASK_SPEC, description=description).offer(parallel=parallel),
+        )
         return sorted([*offered, task], key=lambda o: o.definition.name)
 
     @staticmethod
