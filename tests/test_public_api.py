@@ -137,6 +137,7 @@ def test_every_public_name_has_a_google_style_docstring(name: str) -> None:
 PACKAGES = [
     "durable_agent/core",
     "durable_agent/cli",
+    "durable_agent/console",
     "workflows",
     "activities",
     "activities/store",

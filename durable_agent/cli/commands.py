@@ -403,6 +403,24 @@ def _add_upgrade_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
     upgrade.set_defaults(func=Handler("upgrade", "cmd_upgrade"))
 
 
+def _add_console_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``console`` (``cli/console.py``)."""
+    console = sub.add_parser("console", help="a web page to watch, approve, steer and rewind runs")
+    console.add_argument(
+        "--bind",
+        type=parse_bind,
+        default=parse_bind("127.0.0.1:8765"),
+        metavar="HOST:PORT",
+        help="where to listen (default 127.0.0.1:8765; beyond loopback only with AGENT_CONSOLE_TOKEN set)",
+    )
+    console.add_argument("--task-queue", metavar="QUEUE", help="the runs' queue (default AGENT_TASK_QUEUE)")
+    console.add_argument(
+        "--temporal-ui", default=DEFAULT_ORIGIN, metavar="URL", help=f"the Temporal UI ({DEFAULT_ORIGIN})"
+    )
+    console.add_argument("--sink", help="the sink of diffs and exports (default: the config's)")
+    console.set_defaults(func=Handler("console", "cmd_console"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``durable-agent`` argument parser.
 
@@ -421,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_codec_commands(sub)
     _add_mcp_commands(sub)
     _add_upgrade_command(sub)
+    _add_console_command(sub)
     return parser
 
 

@@ -1,0 +1,283 @@
+// A run: its conversation as it happens (server-sent events), what a person can do, its files.
+// Everything a run or its model wrote is put in the page as text (textContent), never as HTML.
+"use strict";
+
+const FOLD_CHARS = 600;
+const page = (() => {
+  const rest = location.pathname.replace(/^\/runs\//, "");
+  const turn = rest.match(/\/turns\/(\d+)$/);
+  const id = rest.replace(/\/turns\/\d+$/, "").split("/").map(decodeURIComponent).join("/");
+  return { id, turn: turn ? Number(turn[1]) : null, base: `/api/runs/${runPath(id)}` };
+})();
+const seen = { last: 0, boundaries: 0, stream: null, view: null, exports: new Map() };
+
+function say(text, failed) {
+  const out = document.getElementById("outcome");
+  out.textContent = text;
+  out.className = failed ? "message error" : "message";
+}
+
+// long text folded: its first line shows, the rest opens on a click
+function folded(label, text, className) {
+  if (text.length <= FOLD_CHARS && text.split("\n").length <= 12) {
+    return el("div", { className }, el("span", { className: "label" }, label), el("pre", {}, text));
+  }
+  return el("details", { className }, el("summary", {}, `${label} (${text.length.toLocaleString()} characters)`), el("pre", {}, text));
+}
+
+function boundary(turn) {
+  const link = el("a", { href: `/runs/${runPath(page.id)}/turns/${turn}` }, `boundary ${turn}`);
+  const diffBox = el("div", { className: "diff" });
+  const show = el("button", { type: "button", onclick: () => showDiff(turn, diffBox) }, "diff");
+  const back = el("button", { type: "button", className: "danger", onclick: () => rewind(turn) }, "rewind to here");
+  return el("li", { className: "boundary", id: `turn-${turn}`, dataset: { turn } }, link, " ", show, " ", back, diffBox);
+}
+
+function render(record) {
+  const e = record.event;
+  const li = (cls, ...children) => el("li", { className: `ev ${cls}`, dataset: { sequence: record.sequence } }, ...children);
+  switch (e.type) {
+    case "run_start":
+      seen.boundaries = 0;
+      return [li("user", el("span", { className: "label" }, "prompt"), el("pre", {}, e.prompt), el("div", { className: "note" }, `model ${e.model}${e.resumed_from ? ` · resumed from ${e.resumed_from}` : ""}`))];
+    case "user_message":
+      return [li("user", el("span", { className: "label" }, e.kind.replace("_", " ")), el("pre", {}, e.text))];
+    case "text_delta":
+      document.getElementById("live").hidden = true;
+      return [li("assistant", el("pre", {}, e.text))];
+    case "thinking":
+      return [li("thinking", el("details", {}, el("summary", {}, "thinking"), el("pre", {}, e.text)))];
+    case "tool_start":
+      return [li("tool", el("span", { className: "label" }, `${e.name} ${e.id}`), folded("arguments", JSON.stringify(e.input, null, 2), "args"))];
+    case "tool_end":
+      seen.boundaries += 1;
+      return [
+        li(e.is_error ? "tool-out error" : "tool-out", folded(`${e.name} output${e.is_error ? " (error)" : ""}`, e.output + (e.output_chars > e.output.length ? `\n…[${e.output_chars - e.output.length} more characters]` : ""), "out")),
+        boundary(seen.boundaries),
+      ];
+    case "confirmation_required":
+      return [li("ask", `${e.name} ${e.id} waits for a person's approval: ${e.arguments}`)];
+    case "confirmation_received":
+      return [li("ask", `${e.name} ${e.id} ${e.approved ? "approved" : "denied"}${e.timed_out ? " (timed out)" : ""}${e.reason ? `: ${e.reason}` : ""}`)];
+    case "permission_denied":
+      return [li("error", `${e.name} ${e.id} refused: ${e.reason}`)];
+    case "error":
+      return [li("error", e.message)];
+    case "end":
+      return [li(`end ${e.status}`, el("span", { className: "label" }, `run ${e.status}`), e.text ? el("pre", {}, e.text) : null)];
+    case "todo":
+      showTodos(e.todos || []);
+      return [];
+    case "checkpoint_exported":
+      seen.exports.set(e.turn, e.content_digest);
+      showExports();
+      return [li("note", `export of turn ${e.turn}: ${e.content_digest}`)];
+    case "subagent_start":
+      return [li("note", "child run ", el("a", { href: `/runs/${runPath(e.workflow_id)}` }, e.workflow_id), ` started: ${e.description || ""}`)];
+    case "subagent_end":
+      return [li("note", "child run ", el("a", { href: `/runs/${runPath(e.workflow_id)}` }, e.workflow_id), ` ended ${e.status || ""}`)];
+    case "model_usage":
+    case "turn_end":
+      return [];
+    default:
+      return [li("note", `${e.type}: ${JSON.stringify(e)}`)];
+  }
+}
+
+function addEvents(records) {
+  const list = document.getElementById("conversation");
+  for (const record of records) {
+    if (record.sequence <= seen.last) continue;
+    seen.last = record.sequence;
+    list.append(...render(record));
+  }
+}
+
+function showTodos(items) {
+  const marks = { completed: "☑", in_progress: "▶", pending: "☐" };
+  document.getElementById("todos").replaceChildren(...items.map((t) => el("li", { className: t.status }, `${marks[t.status] || ""} ${t.content}`)));
+}
+
+function showExports() {
+  const rows = [...seen.exports.entries()].sort((a, b) => a[0] - b[0]).map(([turn, digest]) =>
+    el("li", {}, el("a", { href: `${page.base}/exports/${turn}`, download: `turn-${turn}.json` }, `turn ${turn}`), " ", el("code", {}, digest)));
+  document.getElementById("exports").replaceChildren(...rows);
+}
+
+async function childTree(children, depth) {
+  const items = [];
+  for (const c of children) {
+    const item = el("li", {}, el("a", { href: `/runs/${runPath(c.workflow_id)}` }, c.description || c.workflow_id), ` · ${c.status}`, c.agent_type ? ` · ${c.agent_type}` : "");
+    if (depth < 3) {
+      try {
+        const sub = await api(`/api/runs/${runPath(c.workflow_id)}`);
+        const grand = (sub.status && sub.status.children) || [];
+        if (grand.length) item.append(el("ul", {}, ...(await childTree(grand, depth + 1))));
+      } catch (e) { /* a child no worker answers for: shown without its own children */ }
+    }
+    items.push(item);
+  }
+  return items;
+}
+
+function showApprovals(pending) {
+  const box = document.getElementById("approvals");
+  box.replaceChildren(...pending.map((p) => {
+    const reason = el("input", { name: "reason", placeholder: "reason (optional)" });
+    const decide = (approved) => act("approve", { call_id: p.call_id, approved, reason: reason.value || null, arguments_digest: p.arguments_digest || null });
+    return el("div", { className: "approval", dataset: { callId: p.call_id } },
+      el("div", { className: "label" }, `${p.tool}${p.target ? ` ${p.target}` : ""} waits for you`),
+      el("pre", {}, p.arguments),
+      el("div", { className: "note" }, `call ${p.call_id} · step ${p.step} · ${p.arguments_digest}`),
+      reason,
+      el("button", { type: "button", className: "approve", onclick: () => decide(true) }, "Approve"),
+      el("button", { type: "button", className: "deny danger", onclick: () => decide(false) }, "Deny"));
+  }));
+}
+
+async function refresh() {
+  let view;
+  try {
+    view = await api(page.base);
+  } catch (e) {
+    say(e.message, true);
+    return;
+  }
+  seen.view = view;
+  const s = view.status || {};
+  const r = view.result || {};
+  document.title = `${view.summary || page.id} · durable-agent console`;
+  document.getElementById("summary").textContent = view.summary || page.id;
+  document.getElementById("ids").textContent = `${page.id} · run ${view.run_id}${s.session_id ? ` · session ${s.session_id}` : ""}`;
+  const state = s.status || r.status || view.execution_status.toLowerCase();
+  const usage = s.usage || r.usage || {};
+  document.getElementById("facts").replaceChildren(
+    el("span", { className: `badge ${state}`, id: "state" }, state), " ",
+    s.model ? `model ${s.model} · ` : "",
+    `${(usage.total_tokens || 0).toLocaleString()} tokens`,
+    s.cost_usd !== undefined && s.cost_usd !== null ? ` · ${money(s.cost_usd)}` : "",
+    s.turn ? ` · turn ${s.turn}` : "",
+    view.failure ? el("div", { className: "error" }, view.failure) : null,
+    s.error || r.error ? el("div", { className: "error" }, s.error || r.error) : null);
+  document.getElementById("links").replaceChildren(
+    el("a", { href: "/" }, "all runs"), " · ",
+    el("a", { href: view.temporal_ui, target: "_blank", rel: "noopener" }, "in the Temporal UI"),
+    view.parent_workflow_id || s.parent_workflow_id ? [" · ", el("a", { href: `/runs/${runPath(view.parent_workflow_id || s.parent_workflow_id)}` }, "parent run")] : "");
+  showApprovals(view.running ? s.pending_approvals || [] : []);
+  document.getElementById("prompt-form").hidden = !(view.running && s.status === "awaiting_prompt");
+  document.getElementById("steer-form").hidden = !(view.running && s.status && s.status !== "awaiting_prompt");
+  document.getElementById("cancel-form").hidden = !view.running;
+  document.getElementById("end-form").hidden = !view.running;
+  if (s.todos) showTodos(s.todos);
+  document.getElementById("budgets").replaceChildren(...(s.budgets || []).map((b) => el("li", {}, `${b.budget}: ${b.budget === "cost" ? money(b.used) : b.used.toLocaleString()} of ${b.budget === "cost" ? money(b.limit) : b.limit.toLocaleString()}`)));
+  if (!(s.budgets || []).length) document.getElementById("budgets").replaceChildren(el("li", { className: "note" }, "none set"));
+  for (const x of view.exports || []) seen.exports.set(x.turn, x.content_digest);
+  showExports();
+  const children = s.children || [];
+  document.getElementById("children").replaceChildren(...(children.length ? await childTree(children, 1) : [el("li", { className: "note" }, "none")]));
+}
+
+async function act(name, body) {
+  say(`${name}…`);
+  try {
+    const answer = await api(`${page.base}/${name}`, body);
+    say(answer.outcome || `${name}: ${JSON.stringify(answer)}`);
+    if (answer.workflow_id && answer.workflow_id !== page.id) {
+      document.getElementById("outcome").append(" ", el("a", { href: `/runs/${runPath(answer.workflow_id)}` }, "open the new run"));
+    }
+  } catch (e) {
+    say(`${name}: ${e.message}`, true);
+  }
+  await refresh();
+  if (name === "rewind") follow(true);
+}
+
+function showDiffInto(box, d) {
+  const lines = d.diff.split("\n").map((line) => {
+    const cls = line.startsWith("+") && !line.startsWith("+++") ? "add" : line.startsWith("-") && !line.startsWith("---") ? "del" : line.startsWith("@@") ? "hunk" : "";
+    return el("span", { className: cls }, `${line}\n`);
+  });
+  box.replaceChildren(
+    d.note ? el("p", { className: "note" }, d.note) : null,
+    d.files.length ? el("ul", { className: "stat" }, ...d.files.map((f) => el("li", {}, `${f.added === null ? "binary" : `+${f.added} -${f.deleted}`}  ${f.path}`))) : null,
+    d.diff ? el("pre", { className: "patch" }, ...lines) : null,
+    d.truncated ? el("p", { className: "note" }, "the rest is left out: durable-agent diff shows it all") : null);
+}
+
+async function showDiff(turn, box) {
+  box.textContent = "reading the diff…";
+  try {
+    showDiffInto(box, await api(`${page.base}/diff?turn=${turn}`));
+  } catch (e) {
+    box.replaceChildren(el("p", { className: "error" }, e.message));
+  }
+}
+
+async function rewind(turn) {
+  const view = seen.view || {};
+  const waiting = view.running && view.status && view.status.status === "awaiting_prompt";
+  const what = waiting ? "The run goes back to this boundary: its files are restored and it goes on from there." : "The run's workspace is rebuilt on this machine as it was at this boundary, and a new run goes on from there.";
+  if (!window.confirm(`Rewind to boundary ${turn}?\n\n${what}`)) return;
+  await act("rewind", { turn });
+}
+
+function follow(restart) {
+  if (seen.stream && !restart) return;
+  if (seen.stream) seen.stream.close();
+  const stream = new EventSource(`${page.base}/events/stream?after=${seen.last}`);
+  seen.stream = stream;
+  let pending = null;
+  stream.addEventListener("event", (m) => {
+    addEvents([JSON.parse(m.data)]);
+    clearTimeout(pending);
+    pending = setTimeout(refresh, 300);
+  });
+  stream.addEventListener("live", (m) => {
+    const live = document.getElementById("live");
+    live.textContent = JSON.parse(m.data).text;
+    live.hidden = false;
+  });
+  stream.addEventListener("closed", () => { stream.close(); seen.stream = null; refresh(); });
+}
+
+function wireForms() {
+  for (const name of ["prompt", "steer", "cancel", "end"]) {
+    document.getElementById(`${name}-form`).addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const form = ev.target;
+      const data = Object.fromEntries(new FormData(form).entries());
+      if (name === "cancel" && !window.confirm("Cancel this run?")) return;
+      if (name === "cancel" && !data.reason) delete data.reason;
+      await act(name, name === "end" ? {} : data);
+      form.reset();
+    });
+  }
+  document.getElementById("whole").addEventListener("click", async () => {
+    const box = document.getElementById("whole-diff");
+    box.textContent = "reading the diff…";
+    try { showDiffInto(box, await api(`${page.base}/diff`)); } catch (e) { box.replaceChildren(el("p", { className: "error" }, e.message)); }
+  });
+}
+
+document.addEventListener("DOMContentLoaded", async () => {
+  wireForms();
+  showInfo();
+  await refresh();
+  try {
+    addEvents((await api(`${page.base}/events?after=0`)).events);
+  } catch (e) {
+    say(`events: ${e.message}`, true);
+  }
+  if (page.turn !== null) {
+    const mark = document.getElementById(`turn-${page.turn}`);
+    if (mark) {
+      mark.classList.add("focused");
+      mark.scrollIntoView({ block: "center" });
+      showDiff(page.turn, mark.querySelector(".diff"));
+    } else {
+      say(`this run has no boundary ${page.turn} (yet)`, true);
+    }
+  }
+  if (seen.view && seen.view.running) follow(false);
+  setInterval(() => { if (seen.view && seen.view.running) { refresh(); follow(false); } }, 4000);
+});

@@ -1,0 +1,256 @@
+"""The console's JSON API over real HTTP: uvicorn on a free port, a real dev server and worker.
+
+Its guard (token, cookie, CSRF, CSP), and each action through the run's own update or signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from durable_agent.activities import AgentActivities
+from durable_agent.console.api import ConsoleState
+from durable_agent.console.app import create_app, running_console
+from durable_agent.console.auth import CSP, ConsoleAuthError, check_bind, console_token
+from tests.helpers import awaiting_approval, final, running_worker, scripted_config, start, tool_call, until
+from tests.test_rewind_update import AFTER, activities, awaiting_prompt
+from tests.test_rewind_update import workspace as writing_workspace
+from tests.test_workspace_checkpoints import cli_config, files_of
+
+TOKEN = "console-test-token-" + "x" * 12
+PERMISSIONS = {"allow": ["read(*)"], "ask": ["ls"], "default": "deny"}
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@asynccontextmanager
+async def console(client: Client, queue: str, tmp: Path | None = None) -> AsyncIterator[str]:
+    """The console of ``queue`` on a free port; yields its URL. With ``tmp``: ``AGENT_CONFIG`` is a
+    config with the test's sink (the diffs and exports are read from it, on "another machine")."""
+    before = os.environ.get("AGENT_CONFIG")
+    if tmp is not None:
+        os.environ["AGENT_CONFIG"] = str(cli_config(tmp))
+    state = ConsoleState(
+        task_queue=queue, namespace=client.namespace, temporal_ui="http://localhost:8233", codec="test"
+    )
+    try:
+        async with running_console(create_app(client, TOKEN, state)) as (url, _):
+            yield url
+    finally:
+        if before is None:
+            os.environ.pop("AGENT_CONFIG", None)
+        else:
+            os.environ["AGENT_CONFIG"] = before
+
+
+def ls_workspace(tmp: Path) -> Path:
+    ws = tmp / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("alpha\n")
+    return ws
+
+
+async def signed_in(http: httpx.AsyncClient) -> str:
+    """Open the printed link: the cookies set; returns the CSRF cookie's value."""
+    opened = await http.get(f"/?token={TOKEN}")
+    assert opened.status_code == 303, opened.text
+    return http.cookies["durable_console_csrf"]
+
+
+async def test_every_request_needs_the_token(client: Client, tmp_path: Path) -> None:
+    async with console(client, "nobody") as base, httpx.AsyncClient() as plain:
+        for path in ("/api/runs", "/api/info", "/", "/runs/x", "/static/run.js", "/api/runs/x/events"):
+            refused = await plain.get(base + path)
+            assert refused.status_code == 401, path
+            assert refused.headers["content-security-policy"] == CSP
+        wrong = await plain.get(base + "/api/runs", headers={"Authorization": "Bearer not-the-token-at-all"})
+        assert wrong.status_code == 401 and "token" in wrong.json()["error"]
+        assert (await plain.get(base + "/?token=wrong")).status_code == 401
+        assert (await plain.get(base + "/api/info", headers=BEARER)).json()["task_queue"] == "nobody"
+        # the printed link: an HttpOnly, SameSite=Strict cookie, and the page without the token
+        opened = await plain.get(base + f"/runs/abc?token={TOKEN}&x=1")
+        assert opened.status_code == 303 and opened.headers["location"] == "/runs/abc?x=1"
+        cookies = opened.headers.get_list("set-cookie")
+        assert any(
+            c.startswith("durable_console=") and "HttpOnly" in c and "SameSite=Strict" in c for c in cookies
+        )
+        page = await plain.get(base + "/runs/abc")
+        assert page.status_code == 200 and "<script>" not in page.text and 'src="/static/run.js"' in page.text
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert "unsafe-inline" not in page.headers["content-security-policy"]
+        assert (await plain.get(base + "/static/run.js")).status_code == 200
+
+
+async def test_a_cross_site_post_is_refused(client: Client) -> None:
+    async with console(client, "nobody") as base, httpx.AsyncClient(base_url=base) as http:
+        csrf = await signed_in(http)
+        target = "/api/runs/no-such-run/cancel"
+        cross = await http.post(
+            target, json={}, headers={"Origin": "https://evil.example", "X-CSRF-Token": csrf}
+        )
+        assert cross.status_code == 403 and "evil.example" in cross.json()["error"]
+        fetched = await http.post(
+            target, json={}, headers={"Sec-Fetch-Site": "cross-site", "X-CSRF-Token": csrf}
+        )
+        assert fetched.status_code == 403 and "cross-site" in fetched.json()["error"]
+        unpaired = await http.post(target, json={})  # the cookie alone: no CSRF header
+        assert unpaired.status_code == 403 and "x-csrf-token" in unpaired.json()["error"]
+        forged = await http.post(target, json={}, headers={"X-CSRF-Token": "guessed"})
+        assert forged.status_code == 403
+        # the page's own request gets through the guard (and the run is not there)
+        own = await http.post(target, json={}, headers={"X-CSRF-Token": csrf, "Origin": base})
+        assert own.status_code == 404, own.text
+        # an API client with the token: no cookie, so no CSRF token needed; a cross-site one still refused
+        async with httpx.AsyncClient(base_url=base, headers=BEARER) as api:
+            assert (await api.post(target, json={})).status_code == 404
+            assert (
+                await api.post(target, json={}, headers={"Origin": "https://evil.example"})
+            ).status_code == 403
+
+
+async def test_approve_over_the_api_and_the_run_goes_on(client: Client, tmp_path: Path) -> None:
+    config = scripted_config(
+        tmp_path, [tool_call("l1", "ls", path="."), final("listed")], permissions=PERMISSIONS
+    )
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(client, queue, ls_workspace(tmp_path), "list the files")
+        await awaiting_approval(handle)
+        async with (
+            console(client, queue, tmp_path) as base,
+            httpx.AsyncClient(base_url=base, headers=BEARER) as api,
+        ):
+
+            async def waiting() -> list[dict[str, Any]]:
+                answer = await api.get("/api/runs", params={"status": "awaiting_approval"})
+                assert answer.status_code == 200, answer.text
+                runs: list[dict[str, Any]] = answer.json()["runs"]
+                return runs
+
+            # visibility follows the run's search attributes a moment later
+            listed = await until("the waiting run in the console's list", waiting, 30, interval=0.2)
+            assert [(r["workflow_id"], r["waiting_for_person"]) for r in listed] == [(handle.id, True)]
+            assert listed[0]["summary"] == "list the files" and listed[0]["pending_approvals"] == 1
+            searched = (await api.get("/api/runs", params={"q": "no such words"})).json()["runs"]
+            assert searched == []
+            view = (await api.get(f"/api/runs/{handle.id}")).json()
+            [pending] = view["status"]["pending_approvals"]
+            assert (pending["call_id"], pending["tool"]) == ("l1", "ls")
+            assert view["temporal_ui"].endswith(f"/workflows/{handle.id}")
+            bad = await api.post(f"/api/runs/{handle.id}/approve", json={"call_id": "l1"})
+            assert bad.status_code == 400 and "approved" in bad.json()["error"]
+            decided = await api.post(
+                f"/api/runs/{handle.id}/approve", json={"call_id": "l1", "approved": True, "reason": "fine"}
+            )
+            assert decided.status_code == 200, decided.text
+            assert decided.json() == {"call_id": "l1", "tool": "ls", "approved": True}
+            result = await handle.result()
+            assert result.status == "completed" and result.text == "listed"
+            # the run's own refusal, as it gave it
+            again = await api.post(f"/api/runs/{handle.id}/approve", json={"call_id": "l1", "approved": True})
+            assert again.status_code in (404, 409, 502), again.text
+
+
+async def test_the_event_stream_delivers_the_runs_events_and_html_comes_back_as_text(
+    client: Client, tmp_path: Path
+) -> None:
+    hostile = "<script>alert(1)</script><b>bold</b>"
+    config = scripted_config(tmp_path, [{**final(hostile), "delay_ms": 1500}])
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(client, queue, ls_workspace(tmp_path), "say something")
+        async with console(client, queue) as base, httpx.AsyncClient(base_url=base, headers=BEARER) as api:
+            kinds: list[str] = []
+            texts: list[str] = []
+            async with api.stream("GET", f"/api/runs/{handle.id}/events/stream", timeout=30) as answer:
+                assert answer.headers["content-type"].startswith("text/event-stream")
+                kind = ""
+                async for line in answer.aiter_lines():
+                    if line.startswith("event: "):
+                        kind = line[7:]
+                        kinds.append(kind)
+                    elif line.startswith("data: ") and kind == "event":
+                        event = json.loads(line[6:])["event"]
+                        texts.append(event.get("text", ""))
+                    if kind == "closed":
+                        break
+            assert "event" in kinds and kinds[-1] == "closed"
+            assert hostile in texts  # the model's text, byte for byte: the page shows it as text
+            events = (await api.get(f"/api/runs/{handle.id}/events", params={"after": 0})).json()["events"]
+            assert events[0]["event"]["type"] == "run_start"
+            assert events[-1]["event"] == {**events[-1]["event"], "type": "end", "text": hostile}
+            later = (await api.get(f"/api/runs/{handle.id}/events", params={"after": len(events) - 1})).json()
+            assert [e["sequence"] for e in later["events"]] == [events[-1]["sequence"]]
+        await handle.result()
+
+
+async def test_files_diff_export_steer_rewind_prompt_and_end(client: Client, tmp_path: Path) -> None:
+    ws = writing_workspace(tmp_path)
+    acts, _ = activities(tmp_path)
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, ws, "write, then build", follow_ups=True)
+        await awaiting_prompt(handle)
+        async with (
+            console(client, queue, tmp_path) as base,
+            httpx.AsyncClient(base_url=base, headers=BEARER) as api,
+        ):
+            run = f"/api/runs/{handle.id}"
+            second = (await api.get(f"{run}/diff", params={"turn": 2})).json()
+            assert "-alpha\n+changed\n" in second["diff"] and second["tool"] == "bash"
+            assert {f["path"] for f in second["files"]} == {"a.txt", "b.txt"}
+            whole = (await api.get(f"{run}/diff")).json()
+            assert whole["turn"] is None and "+beta" in whole["diff"]
+            beyond = await api.get(f"{run}/diff", params={"turn": 9})
+            assert beyond.status_code == 404 and "no turn 9" in beyond.json()["error"]
+            view = (await api.get(run)).json()
+            [first] = [e for e in view["exports"] if e["turn"] == 1]
+            download = await api.get(f"{run}/exports/1")
+            assert download.status_code == 200 and "attachment" in download.headers["content-disposition"]
+            assert json.loads(download.content)["descriptor"]["content_digest"] == first["content_digest"]
+            # steer is for a working run: the run's own refusal comes back
+            steered = await api.post(f"{run}/steer", json={"text": "hurry"})
+            assert steered.status_code == 409 and steered.json()["refused"], steered.text
+            blank = await api.post(f"{run}/prompt", json={"text": "  "})
+            assert blank.status_code == 400
+            rewound = await api.post(f"{run}/rewind", json={"turn": 1, "prompt": AFTER})
+            assert rewound.status_code == 200, rewound.text
+            assert rewound.json()["turn"] == 1 and "restored" in rewound.json()["outcome"]
+            assert "b.txt" not in files_of(ws) and files_of(ws)["a.txt"][0] == b"alpha\n"
+            await awaiting_prompt(handle)
+            prompted = await api.post(f"{run}/prompt", json={"text": "and now?"})
+            assert prompted.status_code == 200 and "after_sequence" in prompted.json()
+            await awaiting_prompt(handle)
+            ended = await api.post(f"{run}/end")
+            assert ended.status_code == 200
+            result = await handle.result()
+            assert result.status == "completed"
+            closed = await api.post(f"{run}/cancel", json={"reason": "late"})
+            assert closed.status_code in (404, 502) and closed.json()["error"]
+
+
+def test_no_bind_beyond_loopback_without_a_token_of_ones_own() -> None:
+    assert console_token({})[1] is False and len(console_token({})[0]) >= 24
+    assert console_token({"AGENT_CONSOLE_TOKEN": TOKEN}) == (TOKEN, True)
+    with pytest.raises(ConsoleAuthError, match="at least"):
+        console_token({"AGENT_CONSOLE_TOKEN": "short"})
+    check_bind("127.0.0.1", False)
+    check_bind("::1", False)
+    check_bind("0.0.0.0", True)
+    with pytest.raises(ConsoleAuthError, match="AGENT_CONSOLE_TOKEN"):
+        check_bind("0.0.0.0", False)
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_CONSOLE_TOKEN"}
+    done = subprocess.run(
+        [sys.executable, "-m", "durable_agent.cli", "console", "--bind", "0.0.0.0:0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "AGENT_CONSOLE_TOKEN" in done.stderr, done.stderr
