@@ -36,6 +36,7 @@ from durable_agent.core.subagents import (
 )
 from tests.helpers import RecordingSink, run_status, running_worker, scripted_config, start, until
 from tests.test_crash_recovery import export_files, until_alive, workers, write_setup
+from tests.test_workspace_checkpoints import cli
 
 PARTS = ("alpha", "beta", "gamma")
 
@@ -257,6 +258,39 @@ async def test_status_and_events_show_the_tree(
     assert tree[-1] == "  ■ run ended: completed"
     # a run without subagents has the status JSON it had before
     assert "children" not in RunStatusView(session_id="s", run_id="r", status="x").model_dump_json()
+
+
+async def test_a_call_waiting_in_a_child_is_listed_and_approved_from_the_parent(
+    client: Client, tmp_path: Path
+) -> None:
+    ws = repository(tmp_path)
+    config = scripted_config(
+        tmp_path,
+        [{"text": "unused"}],
+        agents={"enabled": True},
+        permissions={"ask": ["read(**)"], "default": "deny"},
+    )
+    acts = AgentActivities(config, providers={"scripted": TreeModel()})
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, ws, "fan out: alpha")
+
+        async def listed() -> str | None:
+            done = await cli(client, tmp_path, "approvals", handle.id)
+            return done.stdout if " r1 " in done.stdout else None
+
+        listing = await until(lambda: "the child's call listed from its parent", listed, 30)
+        [child] = (await run_status(handle)).children
+        assert listing.startswith(f"{child.workflow_id}  r1  read alpha/notes.txt"), listing
+        status = await cli(client, tmp_path, "status", handle.id)
+        assert (
+            "r1: read alpha/notes.txt" in status.stdout
+            and f"in subagent {child.workflow_id}" in status.stdout
+        )
+        approved = await cli(client, tmp_path, "approve", handle.id, "r1")
+        assert approved.stdout.startswith("approved: read call r1") and child.workflow_id in approved.stdout
+        result = await run_result(client, handle.id)
+    assert result.status == "completed", result.error
+    assert "SUMMARY-ALPHA" in result.text
 
 
 # --- what a child may do ------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import argparse
 import datetime as dt
 
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
 from durable_agent.cli.common import network
 from durable_agent.client import connect
@@ -42,15 +43,45 @@ async def _pending(client: Client, workflow_id: str) -> tuple[PendingApproval, .
     return view.pending_approvals
 
 
+async def waiting_in_tree(
+    client: Client, workflow_id: str, view: RunStatusView | None = None
+) -> list[tuple[str, PendingApproval]]:
+    """The calls waiting for a decision in a run and in its children, theirs and so on (a call
+    a child's rules send to a person waits in the child's workflow: docs/subagents.md).
+
+    Args:
+        client: A connected client.
+        workflow_id: The run at the top.
+        view: Its ``status``, when the caller has it already.
+
+    Returns:
+        Each waiting call with the workflow id of the run it waits in (the one to approve it in),
+        the run's own first, then its running children's in the order they started.
+    """
+    if view is None:
+        view = await client.get_workflow_handle(workflow_id).query(QUERY_STATUS, result_type=RunStatusView)
+    found = [(workflow_id, p) for p in view.pending_approvals]
+    for child in view.children:
+        if child.status != "running" or child.run_id is None:
+            continue
+        try:
+            found += await waiting_in_tree(client, child.workflow_id)
+        except RPCError:  # it ended meanwhile, or its history is gone: it waits for nothing
+            continue
+    return found
+
+
 async def list_approvals(args: argparse.Namespace) -> int:
-    """The calls waiting for a decision: of one run, or of every run that waits."""
+    """The calls waiting for a decision: of one run and its children, or of every run that
+    waits (a child that waits is such a run)."""
     client = await connect()
     if args.workflow_id:
-        ids = [args.workflow_id]
+        waiting = await waiting_in_tree(client, args.workflow_id)
     else:
         query = f'{SA_RUN_STATUS} = "{AWAITING_APPROVAL}" AND ExecutionStatus = "Running"'
         ids = [w.id async for w in client.list_workflows(query)]
-    rows = [_line(wid, p) for wid in ids for p in await _pending(client, wid)]
+        waiting = [(wid, p) for wid in ids for p in await _pending(client, wid)]
+    rows = [_line(wid, p) for wid, p in waiting]
     print("\n".join(rows) if rows else "no calls are waiting for approval")
     return 0
 
@@ -59,10 +90,21 @@ async def decide(args: argparse.Namespace) -> int:
     """Send the ``approve`` update; the run answers once the decision is recorded."""
     approved = args.command == "approve"
     client = await connect()
-    handle = client.get_workflow_handle(args.workflow_id)
     # Bound to the request as it is now: a call that reuses the id later, or whose arguments
-    # differ from what was shown, is not decided by this.
-    request = next((p for p in await _pending(client, args.workflow_id) if p.call_id == args.call_id), None)
+    # differ from what was shown, is not decided by this. A call of a child of the run named
+    # goes to the child it waits in.
+    waiting = [
+        (wid, p) for wid, p in await waiting_in_tree(client, args.workflow_id) if p.call_id == args.call_id
+    ]
+    where, request = waiting[0] if waiting else (args.workflow_id, None)
+    if len({wid for wid, _ in waiting}) > 1:
+        runs = ", ".join(wid for wid, _ in waiting)
+        print(
+            f"durable-agent: {args.command}: call {args.call_id!r} waits in more than one run of the tree "
+            f"({runs}): name the run it waits in; nothing was decided"
+        )
+        return 1
+    handle = client.get_workflow_handle(where)
     if request is not None and args.digest is not None and args.digest != request.arguments_digest:
         print(
             f"durable-agent: {args.command}: call {args.call_id!r} has arguments "
@@ -84,7 +126,7 @@ async def decide(args: argparse.Namespace) -> int:
         return 1
     verb = "approved" if answer.approved else "denied"
     bound = f" (step {request.step}, arguments {request.arguments_digest})" if request else ""
-    print(f"{verb}: {answer.tool} call {answer.call_id}{bound} in {args.workflow_id}")
+    print(f"{verb}: {answer.tool} call {answer.call_id}{bound} in {where}")
     return 0
 
 

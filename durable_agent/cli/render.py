@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -34,7 +34,7 @@ from durable_agent.core.events import (
     UserMessageEvent,
 )
 from durable_agent.core.models import LiveText, TokenUsage
-from durable_agent.core.run_api import AgentRunResult, Budget, RunStatusView
+from durable_agent.core.run_api import AgentRunResult, Budget, PendingApproval, RunStatusView
 from durable_agent.core.subagents import ChildRun
 from durable_agent.core.todo_list import checklist_lines, summary
 
@@ -289,8 +289,20 @@ def print_result(result: AgentRunResult, out: TextIO | None = None) -> None:
     out.flush()
 
 
-def print_status(view: RunStatusView, out: TextIO | None = None) -> None:
-    """The ``status`` query's answer, one field a line."""
+def print_status(
+    view: RunStatusView,
+    out: TextIO | None = None,
+    *,
+    children_waiting: Sequence[tuple[str, PendingApproval]] = (),
+) -> None:
+    """The ``status`` query's answer, one field a line.
+
+    Args:
+        view: The answer.
+        out: Where to write (default: standard output).
+        children_waiting: Calls waiting for a decision in the run's children, with the
+            workflow id of the child each waits in.
+    """
     out = out or sys.stdout
     rows: list[tuple[str, object]] = [
         ("status", view.status + (" (cancel requested)" if view.cancel_requested else "")),
@@ -308,12 +320,14 @@ def print_status(view: RunStatusView, out: TextIO | None = None) -> None:
     if view.cost_usd is not None:
         rows.append(("cost", f"${view.cost_usd:.4f} at the model's prices"))
     rows += [("budget", budget_line(budget)) for budget in view.budgets]
-    for pending in view.pending_approvals:
+    waiting = [("", p) for p in view.pending_approvals]
+    waiting += [(f" in subagent {workflow_id}", p) for workflow_id, p in children_waiting]
+    for where, pending in waiting:
         target = f" {pending.target}" if pending.target else ""
         rows.append(
             (
                 "waiting for approval",
-                f"{pending.call_id}: {pending.tool}{target} {pending.arguments} "
+                f"{pending.call_id}: {pending.tool}{target} {pending.arguments}{where} "
                 f"(step {pending.step}, arguments {pending.arguments_digest})",
             )
         )

@@ -152,12 +152,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _status(args: argparse.Namespace) -> int:
-    handle = (await connect()).get_workflow_handle(args.workflow_id)
-    view = await handle.query(QUERY_STATUS, result_type=RunStatusView)
+    from durable_agent.cli.approvals import waiting_in_tree
+
+    client = await connect()
+    view = await client.get_workflow_handle(args.workflow_id).query(QUERY_STATUS, result_type=RunStatusView)
     if args.json:
         print(view.model_dump_json(indent=2))
     else:
-        print_status(view)
+        # the calls its children wait on too: approve them with ``approve <this id> CALL``
+        below = [w for w in await waiting_in_tree(client, args.workflow_id, view) if w[0] != args.workflow_id]
+        print_status(view, children_waiting=below)
     return 0
 
 
