@@ -34,7 +34,6 @@ from durable_agent.core.models import (
     Message,
     ModelResponse,
     ThinkingBlock,
-    ToolsUnavailable,
 )
 from durable_agent.core.run_log import LogDelta, LogRef, StateMissing
 from durable_agent.core.surrogates import model_without_lone_surrogates, text_without_lone_surrogates
@@ -60,22 +59,6 @@ def provider_failure(exc: ProviderError, redact: Redactor) -> ApplicationError:
         type=PROVIDER_ERROR,
         non_retryable=not exc.retryable,
         next_retry_delay=exc.retry_after,
-    )
-
-
-def without(call: ModelCallInput, gaps: list[ToolsUnavailable]) -> ModelCallInput:
-    """The request without the tools of MCP servers that are down, and the model told why."""
-    gone = {name for gap in gaps for name in gap.tools}
-    notes = "\n".join(
-        f"- The tools of MCP server {gap.server!r} ({', '.join(gap.tools)}) are unavailable for this "
-        f"step: {gap.reason}. Do not call them now; they may be back at a later step."
-        for gap in gaps
-    )
-    return call.model_copy(
-        update={
-            "tools": tuple(t for t in call.tools if t.name not in gone),
-            "system_prompt": f"{call.system_prompt}\n\n{notes}",
-        }
     )
 
 
@@ -118,9 +101,10 @@ class ModelCalls:
         call = await self._conversation(inp)
         session = (await self.log_cache.header(inp.run_id)).session_id  # cached by the conversation's read
         call = call.model_copy(update={"session_id": session})
+        # A server that is down keeps its tools in the request, and the system prompt stays as it
+        # is: the prompt cache survives the outage. A call of such a tool is a tool error that says
+        # the server is unavailable (``McpCatalog``); the run records the gap as an event.
         gaps = await self.mcp.unavailable(t.name for t in call.tools) if self.mcp else []
-        if gaps:
-            call = without(call, gaps)
         response = await self._answer(provider, model, call, session)
         # the workflow stamps what it records of the answer with this time (``StepClock``)
         done = {"completed_at_ms": int(time.time() * 1000)}

@@ -9,8 +9,10 @@ and ``agent.tool_call`` runs them like the built-in ones. Their definitions are 
 run's capability binding, so a resume on a worker whose servers offer other tools is refused
 (or forced).
 
-A server that is down while a run goes on: its tools are left out of that step's request,
-the model is told why, the run records a ``tools_unavailable`` event, and the worker logs it.
+A server that is down while a run goes on: its tools stay in the step's request, and the system
+prompt stays as it was (a catalog that changed mid-run would cost the provider's prompt cache
+for every step after it); a call of one of them is a tool error saying the server is
+unavailable, the run records a ``tools_unavailable`` event, and the worker logs it.
 A call cut short by the server's crash runs again (a Temporal retry, on a fresh connection)
 only where ``retry = "safe"``; with ``"never"`` it comes back to the model as failed.
 """
@@ -245,7 +247,10 @@ class McpCatalog:
             tools = tuple(sorted(wanted.intersection(self.tool_names(name))))
             reason = server.problem or "not reachable"
             log.warning(
-                "MCP server %s is down: %d tools left out of a model step (%s)", name, len(tools), reason
+                "MCP server %s is down: %d of its tools offered to a model step answer that (%s)",
+                name,
+                len(tools),
+                reason,
             )
             gaps.append(ToolsUnavailable(server=name, tools=tools, reason=reason))
         return gaps
