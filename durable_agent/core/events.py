@@ -208,8 +208,9 @@ class BudgetExhaustedEvent(Frozen):
 
 
 class ToolsUnavailableEvent(Frozen):
-    """A model step was asked without some of the run's tools: their MCP server was down
-    (the model was told so). The run goes on; the next step offers them again if it is up."""
+    """A model step was asked while some of the run's tools could not answer: their MCP server
+    was down (they stayed offered; a call of one is a tool error that says so). The run goes on.
+    (Runs before kept them out of that step's request and told the model.)"""
 
     type: Literal["tools_unavailable"] = "tools_unavailable"
     server: str

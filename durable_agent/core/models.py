@@ -261,7 +261,7 @@ class ModelResponse(Frozen):
     stop_reason: str | None = None
     # the model activity kept ``message`` in the session store too, under its digest
     staged: bool = False
-    # the run's tools left out of this step's request (their MCP server was down)
+    # the run's tools whose MCP server was down at this step (offered still: a call is a tool error)
     unavailable: tuple[ToolsUnavailable, ...] = ()
     # When the model activity returned (epoch ms): the workflow stamps what it records in the
     # workflow task that takes the answer with it (``workflows/calls.py`` ``StepClock``), so that
