@@ -19,8 +19,9 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
+from durable_agent.config import CodecConfig
 from durable_agent.console.api import ConsoleState
-from durable_agent.console.app import create_app, running_console
+from durable_agent.console.app import codec_note, create_app, running_console
 from durable_agent.console.auth import CSP, ConsoleAuthError, check_bind, console_token
 from tests.helpers import awaiting_approval, final, running_worker, scripted_config, start, tool_call, until
 from tests.test_rewind_update import AFTER, activities, awaiting_prompt
@@ -40,7 +41,10 @@ async def console(client: Client, queue: str, tmp: Path | None = None) -> AsyncI
     if tmp is not None:
         os.environ["AGENT_CONFIG"] = str(cli_config(tmp))
     state = ConsoleState(
-        task_queue=queue, namespace=client.namespace, temporal_ui="http://localhost:8233", codec="test"
+        task_queue=queue,
+        namespace=client.namespace,
+        temporal_ui="http://localhost:8233",
+        codec=codec_note(CodecConfig()),
     )
     try:
         async with running_console(create_app(client, TOKEN, state)) as (url, _):

@@ -49,6 +49,13 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// replace a node's children: strings as text, nothing for null, undefined or false
+function fill(node, ...children) {
+  node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false)
+    .map((c) => (c instanceof Node ? c : document.createTextNode(String(c)))));
+  return node;
+}
+
 // a run's path: a child's workflow id holds "/", each part encoded
 function runPath(workflowId) {
   return workflowId.split("/").map(encodeURIComponent).join("/");

@@ -95,13 +95,13 @@ function addEvents(records) {
 
 function showTodos(items) {
   const marks = { completed: "☑", in_progress: "▶", pending: "☐" };
-  document.getElementById("todos").replaceChildren(...items.map((t) => el("li", { className: t.status }, `${marks[t.status] || ""} ${t.content}`)));
+  fill(document.getElementById("todos"), ...items.map((t) => el("li", { className: t.status }, `${marks[t.status] || ""} ${t.content}`)));
 }
 
 function showExports() {
   const rows = [...seen.exports.entries()].sort((a, b) => a[0] - b[0]).map(([turn, digest]) =>
     el("li", {}, el("a", { href: `${page.base}/exports/${turn}`, download: `turn-${turn}.json` }, `turn ${turn}`), " ", el("code", {}, digest)));
-  document.getElementById("exports").replaceChildren(...rows);
+  fill(document.getElementById("exports"), ...rows);
 }
 
 async function childTree(children, depth) {
@@ -122,7 +122,7 @@ async function childTree(children, depth) {
 
 function showApprovals(pending) {
   const box = document.getElementById("approvals");
-  box.replaceChildren(...pending.map((p) => {
+  fill(box, ...pending.map((p) => {
     const reason = el("input", { name: "reason", placeholder: "reason (optional)" });
     const decide = (approved) => act("approve", { call_id: p.call_id, approved, reason: reason.value || null, arguments_digest: p.arguments_digest || null });
     return el("div", { className: "approval", dataset: { callId: p.call_id } },
@@ -151,7 +151,7 @@ async function refresh() {
   document.getElementById("ids").textContent = `${page.id} · run ${view.run_id}${s.session_id ? ` · session ${s.session_id}` : ""}`;
   const state = s.status || r.status || view.execution_status.toLowerCase();
   const usage = s.usage || r.usage || {};
-  document.getElementById("facts").replaceChildren(
+  fill(document.getElementById("facts"), 
     el("span", { className: `badge ${state}`, id: "state" }, state), " ",
     s.model ? `model ${s.model} · ` : "",
     `${(usage.total_tokens || 0).toLocaleString()} tokens`,
@@ -159,7 +159,7 @@ async function refresh() {
     s.turn ? ` · turn ${s.turn}` : "",
     view.failure ? el("div", { className: "error" }, view.failure) : null,
     s.error || r.error ? el("div", { className: "error" }, s.error || r.error) : null);
-  document.getElementById("links").replaceChildren(
+  fill(document.getElementById("links"), 
     el("a", { href: "/" }, "all runs"), " · ",
     el("a", { href: view.temporal_ui, target: "_blank", rel: "noopener" }, "in the Temporal UI"),
     view.parent_workflow_id || s.parent_workflow_id ? [" · ", el("a", { href: `/runs/${runPath(view.parent_workflow_id || s.parent_workflow_id)}` }, "parent run")] : "");
@@ -169,12 +169,12 @@ async function refresh() {
   document.getElementById("cancel-form").hidden = !view.running;
   document.getElementById("end-form").hidden = !view.running;
   if (s.todos) showTodos(s.todos);
-  document.getElementById("budgets").replaceChildren(...(s.budgets || []).map((b) => el("li", {}, `${b.budget}: ${b.budget === "cost" ? money(b.used) : b.used.toLocaleString()} of ${b.budget === "cost" ? money(b.limit) : b.limit.toLocaleString()}`)));
-  if (!(s.budgets || []).length) document.getElementById("budgets").replaceChildren(el("li", { className: "note" }, "none set"));
+  fill(document.getElementById("budgets"), ...(s.budgets || []).map((b) => el("li", {}, `${b.budget}: ${b.budget === "cost" ? money(b.used) : b.used.toLocaleString()} of ${b.budget === "cost" ? money(b.limit) : b.limit.toLocaleString()}`)));
+  if (!(s.budgets || []).length) fill(document.getElementById("budgets"), el("li", { className: "note" }, "none set"));
   for (const x of view.exports || []) seen.exports.set(x.turn, x.content_digest);
   showExports();
   const children = s.children || [];
-  document.getElementById("children").replaceChildren(...(children.length ? await childTree(children, 1) : [el("li", { className: "note" }, "none")]));
+  fill(document.getElementById("children"), ...(children.length ? await childTree(children, 1) : [el("li", { className: "note" }, "none")]));
 }
 
 async function act(name, body) {
@@ -189,7 +189,22 @@ async function act(name, body) {
     say(`${name}: ${e.message}`, true);
   }
   await refresh();
-  if (name === "rewind") follow(true);
+  if (name === "rewind") {
+    // the run goes on as a new run whose events are its own: read them again from its start
+    seen.last = 0;
+    seen.exports.clear();
+    fill(document.getElementById("conversation"));
+    await loadEvents();
+    follow(true);
+  }
+}
+
+async function loadEvents() {
+  try {
+    addEvents((await api(`${page.base}/events?after=0`)).events);
+  } catch (e) {
+    say(`events: ${e.message}`, true);
+  }
 }
 
 function showDiffInto(box, d) {
@@ -197,7 +212,7 @@ function showDiffInto(box, d) {
     const cls = line.startsWith("+") && !line.startsWith("+++") ? "add" : line.startsWith("-") && !line.startsWith("---") ? "del" : line.startsWith("@@") ? "hunk" : "";
     return el("span", { className: cls }, `${line}\n`);
   });
-  box.replaceChildren(
+  fill(box, 
     d.note ? el("p", { className: "note" }, d.note) : null,
     d.files.length ? el("ul", { className: "stat" }, ...d.files.map((f) => el("li", {}, `${f.added === null ? "binary" : `+${f.added} -${f.deleted}`}  ${f.path}`))) : null,
     d.diff ? el("pre", { className: "patch" }, ...lines) : null,
@@ -209,16 +224,21 @@ async function showDiff(turn, box) {
   try {
     showDiffInto(box, await api(`${page.base}/diff?turn=${turn}`));
   } catch (e) {
-    box.replaceChildren(el("p", { className: "error" }, e.message));
+    fill(box, el("p", { className: "error" }, e.message));
   }
 }
 
 async function rewind(turn) {
   const view = seen.view || {};
   const waiting = view.running && view.status && view.status.status === "awaiting_prompt";
-  const what = waiting ? "The run goes back to this boundary: its files are restored and it goes on from there." : "The run's workspace is rebuilt on this machine as it was at this boundary, and a new run goes on from there.";
-  if (!window.confirm(`Rewind to boundary ${turn}?\n\n${what}`)) return;
-  await act("rewind", { turn });
+  const what = waiting
+    ? "The run goes back to this boundary: its files are restored and it goes on from there."
+    : "The run's workspace is rebuilt on this machine as it was at this boundary, and a new run goes on from there.";
+  // the confirmation, and the message the run takes up again with (empty: none)
+  const message = window.prompt(`Rewind to boundary ${turn}?\n\n${what}\n\nA message for the run (optional):`, "");
+  if (message === null) return;
+  const body = message.trim() ? { turn, prompt: message.trim() } : { turn };
+  await act("rewind", body);
 }
 
 function follow(restart) {
@@ -255,7 +275,7 @@ function wireForms() {
   document.getElementById("whole").addEventListener("click", async () => {
     const box = document.getElementById("whole-diff");
     box.textContent = "reading the diff…";
-    try { showDiffInto(box, await api(`${page.base}/diff`)); } catch (e) { box.replaceChildren(el("p", { className: "error" }, e.message)); }
+    try { showDiffInto(box, await api(`${page.base}/diff`)); } catch (e) { fill(box, el("p", { className: "error" }, e.message)); }
   });
 }
 
@@ -263,11 +283,7 @@ document.addEventListener("DOMContentLoaded", async () => {
   wireForms();
   showInfo();
   await refresh();
-  try {
-    addEvents((await api(`${page.base}/events?after=0`)).events);
-  } catch (e) {
-    say(`events: ${e.message}`, true);
-  }
+  await loadEvents();
   if (page.turn !== null) {
     const mark = document.getElementById(`turn-${page.turn}`);
     if (mark) {

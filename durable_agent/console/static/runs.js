@@ -27,7 +27,7 @@ async function load() {
   try {
     const data = await api(`/api/runs?${params.toString()}`);
     const body = document.querySelector("#runs tbody");
-    body.replaceChildren(...data.runs.map(row));
+    fill(body, data.runs.map(row));
     message.textContent = data.runs.length ? "" : "no runs match";
   } catch (e) {
     message.textContent = e.message;
