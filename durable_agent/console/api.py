@@ -10,6 +10,7 @@ run's events, and between them the model's text so far (its activity's heartbeat
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +44,7 @@ from durable_agent.core.run_api import (
     SIGNAL_CANCEL,
     UPDATE_APPROVE,
     UPDATE_REWIND,
+    AgentRunResult,
     ApprovalAnswer,
     ApprovalDecision,
     RewindAccepted,
@@ -157,11 +159,39 @@ async def _status(client: Client, workflow_id: str) -> RunStatusView:
     return view
 
 
+class EndedRuns:
+    """What an ended run's queries answered, kept: it never changes, and a worker answers a query
+    of an ended run by replaying its whole history (a second or more for a long run).
+
+    Args:
+        limit: How many runs are kept (the oldest read dropped first).
+    """
+
+    def __init__(self, limit: int = 32) -> None:
+        self.limit = limit
+        self.views: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self.events: OrderedDict[tuple[str, str], list[EventRecord]] = OrderedDict()
+
+    def keep(self, table: OrderedDict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
+        """Keep ``value`` under ``key`` in ``table``, within the limit."""
+        table[key] = value
+        while len(table) > self.limit:
+            table.popitem(last=False)
+
+
+def _ended(request: Request) -> EndedRuns:
+    ended: EndedRuns = request.app.state.ended
+    return ended
+
+
 async def run(request: Request) -> Response:
     """``GET /api/runs/{workflow_id}``: status, pending approvals, todo, children, exports."""
     client, wid = _client(request), request.path_params["workflow_id"]
     desc = await client.get_workflow_handle(wid).describe()
     running = desc.status == WorkflowExecutionStatus.RUNNING
+    key = (wid, desc.run_id or "")
+    if not running and key in _ended(request).views:
+        return JSONResponse(_ended(request).views[key])
     out: dict[str, Any] = {
         "workflow_id": wid,
         "run_id": desc.run_id,
@@ -174,27 +204,35 @@ async def run(request: Request) -> Response:
         "result": None,
         "exports": [],
     }
-    try:
-        view = await _status(client, wid)
-        out["status"] = view.model_dump(mode="json")
-    except (RPCError, WorkflowQueryFailedError, TimeoutError) as exc:
-        out["status_error"] = f"no status: {exc}"
-    if not running:
-        try:
-            result = await asyncio.wait_for(run_result(client, wid), QUERY_SECONDS)
-            out["result"] = result.model_dump(mode="json")
-            out["exports"] = [e.model_dump(mode="json") for e in result.exports]
-        except WorkflowFailureError as exc:
-            out["failure"] = failure_message(exc)
-        except (RPCError, TimeoutError) as exc:
-            out["failure"] = f"no result: {exc}"
-    else:
-        records = await _events(client, wid, 0)
+    # both at once: each may be a replay of the run's whole history by a worker
+    status, ended = await asyncio.gather(
+        _status(client, wid),
+        asyncio.wait_for(run_result(client, wid), QUERY_SECONDS) if not running else _events(client, wid, 0),
+        return_exceptions=True,
+    )
+    if isinstance(status, RunStatusView):
+        out["status"] = status.model_dump(mode="json")
+    elif isinstance(status, (RPCError, WorkflowQueryFailedError, TimeoutError)):
+        out["status_error"] = f"no status: {status or type(status).__name__}"
+    elif isinstance(status, BaseException):
+        raise status
+    if isinstance(ended, AgentRunResult):
+        out["result"] = ended.model_dump(mode="json")
+        out["exports"] = [e.model_dump(mode="json") for e in ended.exports]
+    elif isinstance(ended, list):
         out["exports"] = [
             {"turn": r.event.turn, "content_digest": r.event.content_digest}
-            for r in records
+            for r in ended
             if isinstance(r.event, CheckpointExportedEvent)
         ]
+    elif isinstance(ended, WorkflowFailureError):
+        out["failure"] = failure_message(ended)
+    elif isinstance(ended, (RPCError, TimeoutError, WorkflowQueryFailedError)):
+        out["failure"] = f"no result: {ended or type(ended).__name__}"
+    elif isinstance(ended, BaseException):
+        raise ended
+    if not running and out["status"] is not None and out["result"] is not None:
+        _ended(request).keep(_ended(request).views, key, out)
     return JSONResponse(out)
 
 
@@ -213,7 +251,15 @@ def _after(request: Request) -> int:
 
 async def events(request: Request) -> Response:
     """``GET /api/runs/{workflow_id}/events?after=N``: the run's events after sequence N."""
-    records = await _events(_client(request), request.path_params["workflow_id"], _after(request))
+    client, wid, after = _client(request), request.path_params["workflow_id"], _after(request)
+    desc = await client.get_workflow_handle(wid).describe()
+    if desc.status == WorkflowExecutionStatus.RUNNING:
+        records = await _events(client, wid, after)
+    else:  # an ended run's events, read once
+        key, ended = (wid, desc.run_id or ""), _ended(request)
+        if key not in ended.events:
+            ended.keep(ended.events, key, await _events(client, wid, 0))
+        records = [r for r in ended.events[key] if r.sequence > after]
     return JSONResponse({"events": [r.model_dump(mode="json") for r in records]})
 
 
@@ -414,4 +460,4 @@ def routes() -> list[Route]:
     ]
 
 
-__all__ = ["ConsoleState", "routes", "ui_link"]
+__all__ = ["ConsoleState", "EndedRuns", "routes", "ui_link"]

@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from temporalio.client import Client
 
 from durable_agent.config import CodecConfig
-from durable_agent.console.api import ConsoleState, routes
+from durable_agent.console.api import ConsoleState, EndedRuns, routes
 from durable_agent.console.auth import ConsoleGuard
 from durable_agent.console.runs import RowCache
 
@@ -79,6 +79,7 @@ def create_app(client: Client, token: str, state: ConsoleState) -> ConsoleGuard:
     app.state.client = client
     app.state.console = state
     app.state.rows = RowCache()
+    app.state.ended = EndedRuns()
     return ConsoleGuard(app, token)
 
 

@@ -85,12 +85,13 @@ function render(record) {
 }
 
 function addEvents(records) {
-  const list = document.getElementById("conversation");
+  const batch = document.createDocumentFragment();  // one layout for a run of a thousand boundaries
   for (const record of records) {
     if (record.sequence <= seen.last) continue;
     seen.last = record.sequence;
-    list.append(...render(record));
+    batch.append(...render(record));
   }
+  document.getElementById("conversation").append(batch);
 }
 
 function showTodos(items) {
@@ -199,9 +200,9 @@ async function act(name, body) {
   }
 }
 
-async function loadEvents() {
+async function loadEvents(reading) {
   try {
-    addEvents((await api(`${page.base}/events?after=0`)).events);
+    addEvents((await (reading || api(`${page.base}/events?after=0`))).events);
   } catch (e) {
     say(`events: ${e.message}`, true);
   }
@@ -282,8 +283,10 @@ function wireForms() {
 document.addEventListener("DOMContentLoaded", async () => {
   wireForms();
   showInfo();
+  const reading = api(`${page.base}/events?after=0`);  // read while the run's view is
+  reading.catch(() => {});
   await refresh();
-  await loadEvents();
+  await loadEvents(reading);
   if (page.turn !== null) {
     const mark = document.getElementById(`turn-${page.turn}`);
     if (mark) {
