@@ -19,6 +19,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
+from durable_agent.codec import data_converter, new_key
 from durable_agent.config import CodecConfig
 from durable_agent.console.api import ConsoleState
 from durable_agent.console.app import codec_note, create_app, running_console
@@ -258,3 +259,49 @@ def test_no_bind_beyond_loopback_without_a_token_of_ones_own() -> None:
         timeout=60,
     )
     assert done.returncode == 2 and "AGENT_CONSOLE_TOKEN" in done.stderr, done.stderr
+
+
+async def test_with_a_codec_the_console_decodes_with_the_workers_keys_and_says_so(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONSOLE_TEST_KEY", new_key())
+    config = scripted_config(
+        tmp_path,
+        [tool_call("l1", "ls", path="."), final("listed")],
+        permissions=PERMISSIONS,
+        codec={"keys": {"k1": "CONSOLE_TEST_KEY"}, "encrypt_with": "k1"},
+    )
+    options = client.config()
+    options["data_converter"] = data_converter(config.codec)
+    codec_client = Client(**options)  # the same connection, with the workers' keys
+    async with running_worker(codec_client, AgentActivities(config)) as queue:
+        handle = await start(codec_client, queue, ls_workspace(tmp_path), "an encrypted prompt")
+        await awaiting_approval(handle)
+        state = ConsoleState(
+            task_queue=queue,
+            namespace=client.namespace,
+            temporal_ui="http://ui",
+            codec=codec_note(config.codec),
+        )
+        assert "decrypted here with the workers' [codec] keys" in state.codec and "k1" in state.codec
+        # without the keys: the console says what is missing, it does not fail
+        async with (
+            running_console(create_app(client, TOKEN, state)) as (base, _),
+            httpx.AsyncClient(base_url=base, headers=BEARER) as api,
+        ):
+            blind = await api.get(f"/api/runs/{handle.id}/events")
+            assert blind.status_code == 500 and "[codec]" in blind.json()["error"], blind.text
+        async with (
+            running_console(create_app(codec_client, TOKEN, state)) as (base, _),
+            httpx.AsyncClient(base_url=base, headers=BEARER) as api,
+        ):
+            assert "k1" in (await api.get("/api/info")).json()["codec"]
+            events = (await api.get(f"/api/runs/{handle.id}/events")).json()["events"]
+            assert events[0]["event"]["prompt"] == "an encrypted prompt"
+            # the decision goes encrypted with the key, as the run requires
+            decided = await api.post(
+                f"/api/runs/{handle.id}/approve", json={"call_id": "l1", "approved": True}
+            )
+            assert decided.status_code == 200, decided.text
+            result = await handle.result()
+    assert result.status == "completed" and result.text == "listed"

@@ -30,7 +30,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.client import end_conversation, follow_run, resume_run, run_result, send_prompt, steer_run
-from durable_agent.codec import CodecError
+from durable_agent.codec import ENCODING, CodecError
 from durable_agent.console.files import FilesError, export_file, restore_ended, run_diff
 from durable_agent.console.runs import RowCache, list_runs
 from durable_agent.core.errors import validation_message
@@ -90,8 +90,16 @@ def guarded(handler: Handler) -> Handler:
             return _error(502, f"the run's query failed: {exc}")
         except TimeoutError:
             return _error(504, "no worker answered in time: is one running for this task queue?")
-        except CodecError as exc:
+        except CodecError as exc:  # encrypted with a key this config does not hold
             return _error(500, f"{exc}: run the console with the config and key variables the workers use")
+        except KeyError as exc:
+            if ENCODING.decode() not in str(exc):
+                raise
+            return _error(
+                500,
+                "the run's payloads are encrypted ([codec] on the workers): start the console with "
+                "AGENT_CONFIG set to a config with the same [codec] keys, and their variables",
+            )
         except FilesError as exc:
             return _error(exc.status, str(exc))
 
