@@ -86,7 +86,7 @@ from durable_agent.workflows.log_keeper import LogKeeper
 from durable_agent.workflows.rewinding import Rewinder, rewind_event
 from durable_agent.workflows.starting import Starter
 from durable_agent.workflows.tool_step import ToolStep
-from durable_agent.workflows.upgrading import Upgrades, moves_while_waiting, target_changed
+from durable_agent.workflows.upgrading import Upgrades, idle_left, moves_while_waiting, target_changed
 
 
 class BudgetStop(Exception):
@@ -388,7 +388,10 @@ class AgentRun:
     async def _await_prompt(self, state: LoopState) -> bool:
         """Wait, durably, for the next prompt; ``False`` when ``end`` or the idle timeout closes
         the conversation (the run completes with its last answer). A cancel ends it cancelled."""
-        timeout = state.plan.idle_timeout_seconds
+        # a run that moved to a new build while it waited goes on with the time it had left
+        now = int(workflow.now().timestamp() * 1000)
+        since, self._starter.idle_since_ms = self._starter.idle_since_ms or now, None
+        timeout = idle_left(state.plan.idle_timeout_seconds, since, now)
         await self._log.keep(state)
         self._awaiting_prompt = True
         self._display.status(AWAITING_PROMPT)
@@ -414,7 +417,7 @@ class AgentRun:
             if not self._moves(state):
                 break
             # to the deployment's new build, unless a prompt came meanwhile (``upgrading.py``)
-            await self._starter.move(state, lambda: self._moves(state))
+            await self._starter.move(state, lambda: self._moves(state), since)
         await self._rewinder.settled(self._cancellation)  # a timeout during a rewind's restore
         self._awaiting_prompt = False
         self._cancellation.check()  # a cancel ends the conversation as any cancel does: cancelled

@@ -33,7 +33,12 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.context import ContextLedger
     from durable_agent.core.errors import validation_message
     from durable_agent.core.events import ErrorEvent, ToolsUnavailableEvent
-    from durable_agent.core.export import CheckpointPayload, ResumedFrom, workspace_origin_of, workspace_tree_of
+    from durable_agent.core.export import (
+        CheckpointPayload,
+        ResumedFrom,
+        workspace_origin_of,
+        workspace_tree_of,
+    )
     from durable_agent.core.failures import INPUT_TOO_LARGE, INVALID_RUN_INPUT, failure_message
     from durable_agent.core.loop import LoopState
     from durable_agent.core.plan import RunPlan, Timeouts
@@ -113,6 +118,8 @@ class Starter:
         self.session_id = ""
         self.run_id = ""
         self.executions = 0  # times this run has continued as new before this execution
+        # since when the run waits for its next prompt, when it moved to a new build while waiting
+        self.idle_since_ms: int | None = None
         # what the status query says before the run's state exists
         self.pre_status = "created"
         self.pre_error: str | None = None
@@ -294,6 +301,7 @@ class Starter:
         carried.check_readable()
         self.session_id, self.run_id = carried.plan.session_id, carried.plan.run_id
         self.executions = carried.executions
+        self.idle_since_ms = carried.idle_since_ms
         self._log.local_bookends = ask_patches_first(new_run=False)
         self._display.started(self.session_id, unless_set=self._log.local_bookends)
         state = LoopState.restore(carried)
@@ -327,7 +335,7 @@ class Starter:
         self._cancellation.check()  # a cancel that came meanwhile ends the run here instead
         self._go_on(state)
 
-    async def move(self, state: LoopState, still: Callable[[], bool]) -> None:
+    async def move(self, state: LoopState, still: Callable[[], bool], idle_since_ms: int) -> None:
         """A run that waits moves to the deployment's new build: it continues as new, unless
         something came while the handlers in flight finished.
 
@@ -335,6 +343,7 @@ class Starter:
             state: the run's state, whose log the store holds whole.
             still: whether the run still waits with nothing to do, asked once the handlers in
                 flight have finished (a prompt that came meanwhile is answered first).
+            idle_since_ms: since when it waits: its idle timeout goes on from there.
 
         Returns:
             Only when ``still`` says no; otherwise the execution ends here.
@@ -342,10 +351,12 @@ class Starter:
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._cancellation.check()
         if still():
-            self._go_on(state)
+            self._go_on(state, idle_since_ms)
 
-    def _go_on(self, state: LoopState) -> NoReturn:
+    def _go_on(self, state: LoopState, idle_since_ms: int | None = None) -> NoReturn:
         carried = state.carry(self.executions + 1).stamped()
+        if idle_since_ms is not None:
+            carried = carried.model_copy(update={"idle_since_ms": idle_since_ms})
         assert self._input is not None
         next_input = self._input.model_copy(
             update={

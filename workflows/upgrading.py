@@ -2,10 +2,11 @@
 
 A run on a versioned worker is pinned to the build that started it (PINNED, the versioned
 worker's default behaviour: ``durable_agent/deployments.py``): every workflow task of its execution
-goes to that build, so a deploy never replays its history on other code. When its deployment's current (or ramping) build changes, the
-server says so in each workflow task (``is_target_worker_deployment_version_changed``); the run
-then continues as new with ``AUTO_UPGRADE`` as its next execution's initial behaviour, and that
-execution starts on the new build, from the ``CarriedState`` only (whose schema both builds read).
+goes to that build, so a deploy never replays its history on other code. When its deployment's
+current (or ramping) build changes, the server says so in each workflow task
+(``is_target_worker_deployment_version_changed``); the run then continues as new with
+``AUTO_UPGRADE`` as its next execution's initial behaviour, and that execution starts on the new
+build, from the ``CarriedState`` only (whose schema both builds read).
 
 Where a run moves, and where not (``continue_reason``, ``moves_while_waiting``):
 
@@ -82,6 +83,23 @@ def moves_while_waiting(
     """
     busy = prompt_given or end_requested or cancel_requested or rewinding
     return target_changed and can_carry and not busy
+
+
+def idle_left(timeout: float | None, since_ms: int, now_ms: int) -> float | None:
+    """How long a run that waits for its next prompt still waits before its idle timeout closes
+    it: a run that moved while it waited goes on with the time it had left.
+
+    Args:
+        timeout: the plan's ``idle_timeout_seconds`` (None: it waits for ever).
+        since_ms: when it began to wait (epoch ms): now, unless it moved while waiting.
+        now_ms: the workflow's time now (epoch ms).
+
+    Returns:
+        Seconds (``timeout`` itself when it begins to wait now; a millisecond at least), or None.
+    """
+    if timeout is None or since_ms == now_ms:
+        return timeout
+    return max(timeout - (now_ms - since_ms) / 1000, 0.001)
 
 
 def target_changed() -> bool:

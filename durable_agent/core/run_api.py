@@ -479,6 +479,9 @@ class CarriedState(Frozen):
     todos: tuple[TodoItem, ...] = ()  # the plan the model wrote last (``todo_write``)
     children: tuple[ChildRun, ...] = ()  # the subagents the run started (``core/subagents.py``)
     workspace: RunWorkspace | None = None  # the workspace's tree and host (``core/run_workspace.py``)
+    # A run that moved to a new build while it waited for its next prompt: since when it waits (epoch
+    # ms), so that its idle timeout goes on from there rather than starting again (docs/deploys.md).
+    idle_since_ms: int | None = None
     # Carried whole by runs recorded before linear history; replayed, never written.
     messages: tuple[Message, ...] = ()
     prior_runs: tuple[RunRecord, ...] = ()
