@@ -5,8 +5,10 @@ Its guard (token, cookie, CSRF, CSP), and each action through the run's own upda
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -305,3 +307,29 @@ async def test_with_a_codec_the_console_decodes_with_the_workers_keys_and_says_s
             assert decided.status_code == 200, decided.text
             result = await handle.result()
     assert result.status == "completed" and result.text == "listed"
+
+
+async def test_the_command_prints_a_link_that_opens_the_console(client: Client, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_CONSOLE_TOKEN"}
+    env["TEMPORAL_ADDRESS"] = client.service_client.config.target_host
+    env["TEMPORAL_NAMESPACE"] = client.namespace
+    env["AGENT_CONFIG"] = str(cli_config(tmp_path))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "durable_agent.cli", "console", "--bind", f"127.0.0.1:{port}"]
+    process = await asyncio.create_subprocess_exec(*command, env=env, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert process.stdout is not None
+        line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        link = line.split(": ", 1)[1].strip()
+        assert link.startswith(f"http://127.0.0.1:{port}/?token=")
+        assert "not encrypted" in (await asyncio.wait_for(process.stdout.readline(), 10)).decode()
+        async with httpx.AsyncClient(follow_redirects=True) as browser:
+            page = await browser.get(link)
+            assert page.status_code == 200 and "/static/runs.js" in page.text
+            assert str(page.url) == f"http://127.0.0.1:{port}/"  # the token left the address
+            assert (await browser.get(f"http://127.0.0.1:{port}/api/runs")).status_code == 200
+    finally:
+        process.terminate()
+        await process.wait()
