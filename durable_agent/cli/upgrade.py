@@ -10,8 +10,8 @@ once decided. A run on the current build already ignores the signal (one workflo
 
 A run learns of a new current build from the server, which tells each task queue of it a moment
 after ``promote`` (about a second on the dev server): a run woken before would find no new build
-and wait on. So the command first waits (``--wait``, 30 s) while a deployment's routing is being
-propagated (``routing_config_update_state``).
+and wait on. So the command first waits (``--wait``, 30 s at most) while the routing of the
+queue's deployment is being propagated (``routing_config_update_state``).
 
 The parser (``cli/commands.py``) imports this module only when the command runs.
 """
@@ -23,8 +23,9 @@ import asyncio
 import time
 
 from pydantic import BaseModel, ConfigDict
-from temporalio.api.enums.v1 import RoutingConfigUpdateState
-from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentRequest, ListWorkerDeploymentsRequest
+from temporalio.api.enums.v1 import RoutingConfigUpdateState, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, DescribeWorkerDeploymentRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -63,28 +64,42 @@ def waiting_query(task_queue: str, status: str) -> str:
     return f'TaskQueue = "{queue}" AND ExecutionStatus = "Running" AND {SA_RUN_STATUS} = "{status}"'
 
 
-async def propagating(client: Client) -> list[str]:
-    """The namespace's worker deployments whose routing (current and ramping builds) the server
-    is still telling their task queues of.
+async def queue_deployments(client: Client, task_queue: str) -> list[str]:
+    """The worker deployments that route ``task_queue``'s workflow tasks (its current build's, and
+    its ramping build's when that is another deployment's).
 
     Args:
         client: A client of the namespace.
+        task_queue: The task queue.
+
+    Returns:
+        Their names; none for a queue of unversioned workers.
+    """
+    described = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    info = described.versioning_info
+    names = [info.current_deployment_version.deployment_name, info.ramping_deployment_version.deployment_name]
+    return sorted({name for name in names if name})
+
+
+async def propagating(client: Client, deployments: list[str]) -> list[str]:
+    """Those of ``deployments`` whose routing (current and ramping builds) the server is still
+    telling their task queues of.
+
+    Args:
+        client: A client of the namespace.
+        deployments: Deployment names.
 
     Returns:
         Their names.
     """
-    names: list[str] = []
-    token = b""
-    while True:
-        page = await client.workflow_service.list_worker_deployments(
-            ListWorkerDeploymentsRequest(namespace=client.namespace, next_page_token=token)
-        )
-        names += [d.name for d in page.worker_deployments]
-        token = page.next_page_token
-        if not token:
-            break
     busy = []
-    for name in names:
+    for name in deployments:
         described = await client.workflow_service.describe_worker_deployment(
             DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=name)
         )
@@ -94,19 +109,22 @@ async def propagating(client: Client) -> list[str]:
     return busy
 
 
-async def settled(client: Client, wait: float) -> list[str]:
-    """Wait, ``wait`` seconds at most, until no deployment's routing is being propagated.
+async def settled(client: Client, task_queue: str, wait: float) -> list[str]:
+    """Wait, ``wait`` seconds at most, until the routing of ``task_queue``'s deployment has
+    reached its task queues.
 
     Args:
         client: A client of the namespace.
+        task_queue: The task queue whose deployments to wait for.
         wait: Seconds to wait at most.
 
     Returns:
         The deployments still propagating when the time ran out (empty: all settled).
     """
     deadline = time.monotonic() + wait
+    deployments = await queue_deployments(client, task_queue)
     while True:
-        busy = await propagating(client)
+        busy = await propagating(client, deployments)
         if not busy or time.monotonic() >= deadline:
             return busy
         await asyncio.sleep(0.2)
@@ -128,7 +146,7 @@ async def upgrade_waiting(
         The runs woken, those that ended meanwhile, and those waiting for a decision.
     """
     if not dry_run and wait > 0:
-        await settled(client, wait)
+        await settled(client, task_queue, wait)
     prompt = [w.id async for w in client.list_workflows(waiting_query(task_queue, AWAITING_PROMPT))]
     deciding = [w.id async for w in client.list_workflows(waiting_query(task_queue, AWAITING_APPROVAL))]
     woken: list[str] = []
@@ -151,7 +169,7 @@ async def upgrade_waiting(
 async def upgrade(args: argparse.Namespace) -> int:
     """Wake the waiting runs of ``--task-queue`` and say what was done."""
     client = await connect()
-    busy = [] if args.dry_run else await settled(client, args.wait)
+    busy = [] if args.dry_run else await settled(client, args.task_queue, args.wait)
     for name in busy:
         print(f"deployment {name}: its new routing is still reaching its task queues; woken anyway")
     report = await upgrade_waiting(client, args.task_queue, dry_run=args.dry_run, wait=0)
