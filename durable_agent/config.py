@@ -420,9 +420,10 @@ WORKFLOW_TASK_SLOTS = 4
 # Worker versioning's names (``[worker] deployment`` and ``build_id``, and the variables that
 # override them): Temporal writes a version as ``<deployment>.<build>`` and its search attribute
 # as ``<deployment>:<build>``, so a deployment's name holds neither; names starting ``__`` are
-# the server's own (``__unversioned__``).
-DEPLOYMENT_NAME_PATTERN = r"^[A-Za-z0-9][^.:\s]{0,254}$"
-BUILD_ID_PATTERN = r"^[A-Za-z0-9][^\s]{0,254}$"
+# the server's own (``__unversioned__``); and both are quoted in visibility queries
+# (``durable-agent deploy status``), so neither holds a quote or a backslash.
+DEPLOYMENT_NAME_PATTERN = r"^[A-Za-z0-9][^.:\s\"'\\]{0,254}$"
+BUILD_ID_PATTERN = r"^[A-Za-z0-9][^\s\"'\\]{0,254}$"
 
 
 class WorkerConfig(_Strict):

@@ -124,9 +124,9 @@ def default_build_id() -> str:
 def _checked(value: str, pattern: str, what: str) -> str:
     if not re.match(pattern, value):
         raise ConfigError(
-            f"{what} {value!r} is not a valid name: a letter or digit first, then no spaces"
-            + (", '.' or ':'" if pattern == DEPLOYMENT_NAME_PATTERN else "")
-            + ", 255 characters at most"
+            f"{what} {value!r} is not a valid name: a letter or digit first, then no spaces, quotes,"
+            + (" backslashes, '.' or ':'" if pattern == DEPLOYMENT_NAME_PATTERN else " or backslashes")
+            + "; 255 characters at most"
         )
     return value
 

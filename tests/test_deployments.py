@@ -3,6 +3,8 @@ where each comes from, the default build id, and a real worker of a build on the
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -105,15 +107,37 @@ def test_the_default_build_id_is_the_version_and_the_source_digest() -> None:
     assert version and digest == source_digest()[:12]
 
 
-def test_the_default_build_id_is_the_same_in_another_process() -> None:
-    code = "from durable_agent.deployments import default_build_id; print(default_build_id())"
+def test_the_source_digest_is_the_same_in_other_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another interpreter (another hash seed, another working folder, its own bytecode) finds
+    the same digest of the same files. A copy of the package: the working tree may change while
+    the test runs."""
+    copy = tmp_path / "durable_agent"
+    shutil.copytree(
+        Path(deployments.__file__).parent, copy, symlinks=False, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    code = (
+        "import sys; from pathlib import Path; from durable_agent import deployments; "
+        "deployments._PACKAGE = Path(sys.argv[1]); print(deployments.source_digest())"
+    )
     others = {
         subprocess.run(
-            [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, check=True
+            [sys.executable, "-c", code, str(copy)],
+            cwd=cwd,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
-        for cwd in (REPO, REPO / "tests")
+        for cwd, seed in ((REPO, "1"), (tmp_path, "2"))
     }
-    assert others == {default_build_id()}
+    monkeypatch.setattr(deployments, "_PACKAGE", copy)
+    source_digest.cache_clear()
+    try:
+        assert others == {source_digest()}
+    finally:
+        source_digest.cache_clear()
 
 
 def test_the_digest_changes_with_the_source_and_only_with_it(

@@ -421,6 +421,48 @@ def _add_console_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
     console.set_defaults(func=Handler("console", "cmd_console"))
 
 
+def _add_deploy_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``deploy status``, ``promote``, ``ramp`` and ``rollback`` (``cli/deploy.py``)."""
+    deploy = sub.add_parser("deploy", help="a worker deployment's builds, and which one new runs go to")
+    actions = deploy.add_subparsers(dest="deploy_command", metavar="ACTION", required=True)
+    named = argparse.ArgumentParser(add_help=False)
+    named.add_argument(
+        "--deployment",
+        metavar="NAME",
+        help="default: AGENT_DEPLOYMENT, else the config's [worker] deployment",
+    )
+    forced = argparse.ArgumentParser(add_help=False)
+    forced.add_argument("--force", action="store_true", help="even when no worker of the build polls now")
+    status = actions.add_parser(
+        "status", parents=[named], help="each build: current, ramping, draining or drained; runs; pollers"
+    )
+    status.add_argument("--json", action="store_true", help="as JSON")
+    promote = actions.add_parser(
+        "promote", parents=[named, forced], help="make a build current: new runs go to it"
+    )
+    ramp = actions.add_parser("ramp", parents=[named, forced], help="send a share of new runs to a build")
+    for action in (promote, ramp):
+        action.add_argument("build", metavar="BUILD", help="a build id (deploy status lists them)")
+    ramp.add_argument("percent", metavar="PERCENT", type=_percent, help="0 to 100")
+    actions.add_parser(
+        "rollback",
+        parents=[named, forced],
+        help="end a ramp in progress, else make the build current before this one current again",
+    )
+    for name, action in actions.choices.items():
+        action.set_defaults(func=Handler("deploy", f"cmd_deploy_{name}"))
+
+
+def _percent(value: str) -> float:
+    try:
+        percent = float(value)
+    except ValueError:
+        percent = float("nan")
+    if not 0 <= percent <= 100:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a percentage from 0 to 100")
+    return percent
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``durable-agent`` argument parser.
 
@@ -440,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_mcp_commands(sub)
     _add_upgrade_command(sub)
     _add_console_command(sub)
+    _add_deploy_commands(sub)
     return parser
 
 
