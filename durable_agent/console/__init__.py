@@ -3,6 +3,6 @@ steer and rewind runs; not part of the public API (that is ``durable_agent.__all
 
 ``app.py`` builds the Starlette application and serves it, ``auth.py`` guards every request
 (token, cookie, CSRF, Content-Security-Policy), ``runs.py`` lists a task queue's runs, ``api.py``
-answers ``/api/``, ``files.py`` reads diffs and exports from the sink; ``static/`` and
-``templates/`` are the page, shipped as they are (no build step).
+answers ``/api/``'s reads and ``actions.py`` its actions, ``files.py`` reads diffs and exports
+from the sink; ``static/`` and ``templates/`` are the page, shipped as they are (no build step).
 """

@@ -1,10 +1,10 @@
-"""The console's JSON API (``/api/``): what its page reads and does, and the same for
-integrations (docs/console.md lists each route).
+"""The console's JSON API (``/api/``), what it reads: the runs, a run, its events and their
+stream, a diff, an export; the same for the page and for integrations (docs/console.md lists each
+route; the actions are in ``actions.py``), and the helpers both share.
 
-Every action goes through the update or signal the CLI sends (``approve``, ``prompt``, ``steer``,
-``rewind``; ``cancel``, ``end``), with the client's helpers, and a run's refusal comes back as it
-gave it (409, its message). The events stream is server-sent events from ``follow_run``: the
-run's events, and between them the model's text so far (its activity's heartbeats).
+The events stream is server-sent events from ``follow_run``: the run's events, and between them
+the model's text so far (its activity's heartbeats). Temporal's and the codec's errors become
+JSON answers a page can show (``guarded``).
 """
 
 from __future__ import annotations
@@ -19,38 +19,27 @@ from pydantic import BaseModel, ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowQueryFailedError,
-    WorkflowUpdateFailedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent.client import end_conversation, follow_run, resume_run, run_result, send_prompt, steer_run
+from durable_agent.client import follow_run, run_result
 from durable_agent.codec import ENCODING, CodecError
-from durable_agent.console.files import FilesError, export_file, restore_ended, run_diff
+from durable_agent.console.files import FilesError, export_events, export_file, run_diff
 from durable_agent.console.runs import RowCache, list_runs
 from durable_agent.core.errors import validation_message
 from durable_agent.core.events import CheckpointExportedEvent, EventRecord
 from durable_agent.core.failures import failure_message
 from durable_agent.core.models import LiveText
 from durable_agent.core.run_api import (
-    AWAITING_PROMPT,
     QUERY_EVENTS,
     QUERY_STATUS,
-    SIGNAL_CANCEL,
-    UPDATE_APPROVE,
-    UPDATE_REWIND,
     AgentRunResult,
-    ApprovalAnswer,
-    ApprovalDecision,
-    RewindAccepted,
-    RewindRequest,
     RunStatusView,
-    UserText,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -72,7 +61,7 @@ class ConsoleState(BaseModel):
     sink: str | None = None
 
 
-def _error(status: int, message: str, **more: Any) -> JSONResponse:
+def error(status: int, message: str, **more: Any) -> JSONResponse:
     return JSONResponse({"error": message, **more}, status_code=status)
 
 
@@ -84,44 +73,44 @@ def guarded(handler: Handler) -> Handler:
             return await handler(request)
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
-                return _error(404, exc.message)
-            return _error(502, f"Temporal: {exc.message}")
+                return error(404, exc.message)
+            return error(502, f"Temporal: {exc.message}")
         except WorkflowQueryFailedError as exc:
-            return _error(502, f"the run's query failed: {exc}")
+            return error(502, f"the run's query failed: {exc}")
         except TimeoutError:
-            return _error(504, "no worker answered in time: is one running for this task queue?")
+            return error(504, "no worker answered in time: is one running for this task queue?")
         except CodecError as exc:  # encrypted with a key this config does not hold
-            return _error(500, f"{exc}: run the console with the config and key variables the workers use")
+            return error(500, f"{exc}: run the console with the config and key variables the workers use")
         except KeyError as exc:
             if ENCODING.decode() not in str(exc):
                 raise
-            return _error(
+            return error(
                 500,
                 "the run's payloads are encrypted ([codec] on the workers): start the console with "
                 "AGENT_CONFIG set to a config with the same [codec] keys, and their variables",
             )
         except FilesError as exc:
-            return _error(exc.status, str(exc))
+            return error(exc.status, str(exc))
 
     return run
 
 
-async def _body(request: Request, model: type[M]) -> M | JSONResponse:
+async def body_of(request: Request, model: type[M]) -> M | JSONResponse:
     raw = await request.body()
     if len(raw) > MAX_BODY_BYTES:
-        return _error(413, f"the body is over {MAX_BODY_BYTES} bytes")
+        return error(413, f"the body is over {MAX_BODY_BYTES} bytes")
     try:
         return model.model_validate_json(raw or b"{}")
     except ValidationError as exc:
-        return _error(400, f"invalid body: {validation_message(exc)}")
+        return error(400, f"invalid body: {validation_message(exc)}")
 
 
-def _state(request: Request) -> ConsoleState:
+def state_of(request: Request) -> ConsoleState:
     state: ConsoleState = request.app.state.console
     return state
 
 
-def _client(request: Request) -> Client:
+def client_of(request: Request) -> Client:
     client: Client = request.app.state.client
     return client
 
@@ -137,7 +126,7 @@ def ui_link(state: ConsoleState, workflow_id: str) -> str:
 
 async def info(request: Request) -> Response:
     """``GET /api/info``: where the console reads runs, and how it reads their payloads."""
-    s = _state(request)
+    s = state_of(request)
     return JSONResponse(s.model_dump())
 
 
@@ -148,19 +137,19 @@ async def runs(request: Request) -> Response:
         limit = min(max(int(q.get("limit", "50")), 1), 500)
         cache: RowCache = request.app.state.rows
         rows = await list_runs(
-            _client(request),
-            _state(request).task_queue,
+            client_of(request),
+            state_of(request).task_queue,
             status=q.get("status", ""),
             text=q.get("q", ""),
             limit=limit,
             cache=cache,
         )
     except ValueError as exc:
-        return _error(400, str(exc))
+        return error(400, str(exc))
     return JSONResponse({"runs": [r.model_dump(mode="json") for r in rows]})
 
 
-async def _status(client: Client, workflow_id: str) -> RunStatusView:
+async def status_of(client: Client, workflow_id: str) -> RunStatusView:
     view: RunStatusView = await asyncio.wait_for(
         client.get_workflow_handle(workflow_id).query(QUERY_STATUS, result_type=RunStatusView), QUERY_SECONDS
     )
@@ -194,7 +183,7 @@ def _ended(request: Request) -> EndedRuns:
 
 async def run(request: Request) -> Response:
     """``GET /api/runs/{workflow_id}``: status, pending approvals, todo, children, exports."""
-    client, wid = _client(request), request.path_params["workflow_id"]
+    client, wid = client_of(request), request.path_params["workflow_id"]
     desc = await client.get_workflow_handle(wid).describe()
     running = desc.status == WorkflowExecutionStatus.RUNNING
     key = (wid, desc.run_id or "")
@@ -207,14 +196,14 @@ async def run(request: Request) -> Response:
         "running": running,
         "summary": await desc.static_summary(),
         "parent_workflow_id": desc.parent_id,
-        "temporal_ui": ui_link(_state(request), wid),
+        "temporal_ui": ui_link(state_of(request), wid),
         "status": None,
         "result": None,
         "exports": [],
     }
     # both at once: each may be a replay of the run's whole history by a worker
     status, ended = await asyncio.gather(
-        _status(client, wid),
+        status_of(client, wid),
         asyncio.wait_for(run_result(client, wid), QUERY_SECONDS) if not running else _events(client, wid, 0),
         return_exceptions=True,
     )
@@ -257,16 +246,32 @@ def _after(request: Request) -> int:
     return int(raw) if raw.isdigit() else 0
 
 
+async def _older(request: Request, wid: str, held: list[EventRecord], after: int) -> list[EventRecord]:
+    """The events a run no longer holds itself (it continued as new: it keeps its newest), from
+    its newest export in the sink; none when the sink cannot give them."""
+    if not held or held[0].sequence <= after + 1:
+        return []
+    try:
+        session, run_id = await _ids(client_of(request), wid)
+        exported = await asyncio.to_thread(export_events, session, run_id, state_of(request).sink)
+    except (FilesError, RPCError, WorkflowFailureError, WorkflowQueryFailedError, TimeoutError):
+        return []
+    return [r for r in exported if after < r.sequence < held[0].sequence]
+
+
 async def events(request: Request) -> Response:
-    """``GET /api/runs/{workflow_id}/events?after=N``: the run's events after sequence N."""
-    client, wid, after = _client(request), request.path_params["workflow_id"], _after(request)
+    """``GET /api/runs/{workflow_id}/events?after=N``: the run's events after sequence N (those a
+    run that continued as new no longer holds, from its newest export in the sink)."""
+    client, wid, after = client_of(request), request.path_params["workflow_id"], _after(request)
     desc = await client.get_workflow_handle(wid).describe()
     if desc.status == WorkflowExecutionStatus.RUNNING:
         records = await _events(client, wid, after)
+        records = [*await _older(request, wid, records, after), *records]
     else:  # an ended run's events, read once
         key, ended = (wid, desc.run_id or ""), _ended(request)
         if key not in ended.events:
-            ended.keep(ended.events, key, await _events(client, wid, 0))
+            held = await _events(client, wid, 0)
+            ended.keep(ended.events, key, [*await _older(request, wid, held, 0), *held])
         records = [r for r in ended.events[key] if r.sequence > after]
     return JSONResponse({"events": [r.model_dump(mode="json") for r in records]})
 
@@ -275,7 +280,7 @@ async def stream(request: Request) -> Response:
     """``GET /api/runs/{workflow_id}/events/stream?after=N``: the run's events as they happen
     (``event: event``, its id the sequence), the model's text while it streams (``event: live``),
     and ``event: closed`` once the run has ended (a browser reconnects after ``Last-Event-ID``)."""
-    handle = _client(request).get_workflow_handle(request.path_params["workflow_id"])
+    handle = client_of(request).get_workflow_handle(request.path_params["workflow_id"])
     after = _after(request)
 
     async def items() -> AsyncIterator[ServerSentEvent]:
@@ -289,136 +294,11 @@ async def stream(request: Request) -> Response:
     return EventSourceResponse(items(), ping=15)
 
 
-def _refused(exc: WorkflowUpdateFailedError) -> JSONResponse:
-    message = failure_message(exc)
-    return _error(409, f"refused: {message}", refused=message)
-
-
-async def approve(request: Request) -> Response:
-    """``POST .../approve``: the ``approve`` update's own ``{"call_id", "approved", "reason"}``,
-    bound to the waiting request (its step and arguments' digest) as ``durable-agent approve`` does."""
-    body = await _body(request, ApprovalDecision)
-    if isinstance(body, JSONResponse):
-        return body
-    client, wid = _client(request), request.path_params["workflow_id"]
-    view = await _status(client, wid)
-    pending = next((p for p in view.pending_approvals if p.call_id == body.call_id), None)
-    if pending is not None and body.arguments_digest not in (None, pending.arguments_digest):
-        return _error(
-            409,
-            f"call {body.call_id!r} has arguments {pending.arguments_digest} now, "
-            f"not {body.arguments_digest}",
-        )
-    decision = body.model_copy(
-        update={
-            "step": pending.step if pending else body.step,
-            "arguments_digest": pending.arguments_digest if pending else body.arguments_digest,
-        }
-    )
-    try:
-        answer = await client.get_workflow_handle(wid).execute_update(
-            UPDATE_APPROVE, decision, result_type=ApprovalAnswer
-        )
-    except WorkflowUpdateFailedError as exc:
-        return _refused(exc)
-    return JSONResponse(answer.model_dump(mode="json"))
-
-
-async def prompt(request: Request) -> Response:
-    """``POST .../prompt`` ``{"text"}``: the next prompt of a run that waits for one."""
-    return await _texted(request, send_prompt)
-
-
-async def steer(request: Request) -> Response:
-    """``POST .../steer`` ``{"text"}``: a message the working run's model sees at its next request."""
-    return await _texted(request, steer_run)
-
-
-async def _texted(request: Request, send: Callable[[Any, str], Awaitable[BaseModel]]) -> Response:
-    body = await _body(request, UserText)
-    if isinstance(body, JSONResponse):
-        return body
-    handle = _client(request).get_workflow_handle(request.path_params["workflow_id"])
-    try:
-        accepted = await send(handle, body.text)
-    except WorkflowUpdateFailedError as exc:
-        return _refused(exc)
-    return JSONResponse(accepted.model_dump(mode="json"))
-
-
-class CancelBody(BaseModel):
-    """``POST .../cancel``'s body: an optional reason."""
-
-    model_config = {"frozen": True, "extra": "forbid"}
-    reason: str | None = None
-
-
-async def cancel(request: Request) -> Response:
-    """``POST .../cancel`` ``{"reason"}``: the ``cancel`` signal."""
-    body = await _body(request, CancelBody)
-    if isinstance(body, JSONResponse):
-        return body
-    handle = _client(request).get_workflow_handle(request.path_params["workflow_id"])
-    await handle.signal(SIGNAL_CANCEL, args=[body.reason] if body.reason else [])
-    return JSONResponse({"sent": "cancel"})
-
-
-async def end(request: Request) -> Response:
-    """``POST .../end``: the ``end`` signal (a conversation completes with its last answer)."""
-    await end_conversation(_client(request).get_workflow_handle(request.path_params["workflow_id"]))
-    return JSONResponse({"sent": "end"})
-
-
-async def rewind(request: Request) -> Response:
-    """``POST .../rewind`` ``{"turn", "prompt"}``: a run that waits for a prompt rewinds itself
-    (update ``rewind``); an ended run's workspace is rebuilt on this machine and a new run goes on
-    from that turn's export, as ``durable-agent rewind`` does."""
-    body = await _body(request, RewindRequest)
-    if isinstance(body, JSONResponse):
-        return body
-    client, wid = _client(request), request.path_params["workflow_id"]
-    handle = client.get_workflow_handle(wid)
-    if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-        view = await _status(client, wid)
-        if view.status != AWAITING_PROMPT:
-            return _error(
-                409,
-                f"run {wid} is {view.status}: a run rewinds while it waits for its next prompt "
-                "(end it or cancel it to rewind it as an ended run)",
-            )
-        try:
-            accepted = await handle.execute_update(UPDATE_REWIND, body, result_type=RewindAccepted)
-        except WorkflowUpdateFailedError as exc:
-            return _refused(exc)
-        files = f"workspace restored to tree {accepted.tree}" if accepted.tree else "files left as they were"
-        return JSONResponse(
-            {
-                **accepted.model_dump(mode="json"),
-                "workflow_id": wid,
-                "outcome": f"rewound to turn {accepted.turn}: {files}",
-            }
-        )
-    export, workspace, tree = await asyncio.to_thread(restore_ended, wid, body.turn)
-    fields: dict[str, Any] = {"workspace": workspace, "prompt": body.prompt}
-    new = await resume_run(
-        client, export, queue=_state(request).task_queue, **{k: v for k, v in fields.items() if v}
-    )
-    return JSONResponse(
-        {
-            "turn": body.turn,
-            "tree": tree,
-            "workflow_id": new.id,
-            "outcome": f"workspace {workspace} restored to turn {body.turn} (tree {tree}); "
-            f"a new run {new.id} goes on from that export",
-        }
-    )
-
-
 async def _ids(client: Client, wid: str) -> tuple[str, str]:
     """The session and run ids of the workflow's latest run."""
     desc = await client.get_workflow_handle(wid).describe()
     if desc.status == WorkflowExecutionStatus.RUNNING:
-        view = await _status(client, wid)
+        view = await status_of(client, wid)
         return view.session_id, view.run_id
     result = await asyncio.wait_for(run_result(client, wid), QUERY_SECONDS)
     return result.session_id, result.run_id
@@ -428,44 +308,19 @@ async def diff(request: Request) -> Response:
     """``GET /api/runs/{workflow_id}/diff?turn=N``: a boundary's change (no turn: the run's)."""
     raw = request.query_params.get("turn")
     if raw is not None and not raw.isdigit():
-        return _error(400, f"turn must be a number, not {raw!r}")
-    session, run_id = await _ids(_client(request), request.path_params["workflow_id"])
-    view = await asyncio.to_thread(run_diff, session, run_id, int(raw) if raw else None, _state(request).sink)
+        return error(400, f"turn must be a number, not {raw!r}")
+    session, run_id = await _ids(client_of(request), request.path_params["workflow_id"])
+    view = await asyncio.to_thread(
+        run_diff, session, run_id, int(raw) if raw else None, state_of(request).sink
+    )
     return JSONResponse(view.model_dump(mode="json"))
 
 
 async def export(request: Request) -> Response:
     """``GET /api/runs/{workflow_id}/exports/{turn}``: the export of a turn, as a file."""
-    session, run_id = await _ids(_client(request), request.path_params["workflow_id"])
+    session, run_id = await _ids(client_of(request), request.path_params["workflow_id"])
     name, data = await asyncio.to_thread(
-        export_file, session, run_id, int(request.path_params["turn"]), _state(request).sink
+        export_file, session, run_id, int(request.path_params["turn"]), state_of(request).sink
     )
     disposition = f'attachment; filename="{Path(name).name}"'
     return Response(data, media_type="application/json", headers={"content-disposition": disposition})
-
-
-def routes() -> list[Route]:
-    """The API's routes. A child run's workflow id holds ``/`` (``PARENT/task-STEP-CALL``): each
-    route's id is a path, and the routes that end in a word come before the run's own."""
-    prefix = "/api/runs/{workflow_id:path}"
-    actions = (
-        ("approve", approve),
-        ("prompt", prompt),
-        ("steer", steer),
-        ("cancel", cancel),
-        ("end", end),
-        ("rewind", rewind),
-    )
-    return [
-        Route("/api/info", guarded(info)),
-        Route("/api/runs", guarded(runs)),
-        Route(f"{prefix}/events/stream", guarded(stream)),
-        Route(f"{prefix}/events", guarded(events)),
-        Route(f"{prefix}/diff", guarded(diff)),
-        Route(prefix + "/exports/{turn:int}", guarded(export)),
-        *(Route(f"{prefix}/{name}", guarded(action), methods=["POST"]) for name, action in actions),
-        Route(prefix, guarded(run)),
-    ]
-
-
-__all__ = ["ConsoleState", "EndedRuns", "routes", "ui_link"]

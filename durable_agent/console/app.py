@@ -24,7 +24,19 @@ from starlette.staticfiles import StaticFiles
 from temporalio.client import Client
 
 from durable_agent.config import CodecConfig
-from durable_agent.console.api import ConsoleState, EndedRuns, routes
+from durable_agent.console.actions import approve, cancel, end, prompt, rewind, steer
+from durable_agent.console.api import (
+    ConsoleState,
+    EndedRuns,
+    diff,
+    events,
+    export,
+    guarded,
+    info,
+    run,
+    runs,
+    stream,
+)
 from durable_agent.console.auth import ConsoleGuard
 from durable_agent.console.runs import RowCache
 
@@ -38,6 +50,31 @@ def codec_note(codec: CodecConfig) -> str:
         return "payloads are not encrypted (no [codec] keys in AGENT_CONFIG)"
     ids = ", ".join(sorted(codec.keys))
     return f"payloads decrypted here with the workers' [codec] keys from AGENT_CONFIG ({ids})"
+
+
+def api_routes() -> list[Route]:
+    """The API's routes (``api.py`` reads, ``actions.py`` acts). A child run's workflow id holds
+    ``/`` (``PARENT/task-STEP-CALL``): each route's id is a path, and the routes that end in a
+    word come before the run's own."""
+    prefix = "/api/runs/{workflow_id:path}"
+    actions = (
+        ("approve", approve),
+        ("prompt", prompt),
+        ("steer", steer),
+        ("cancel", cancel),
+        ("end", end),
+        ("rewind", rewind),
+    )
+    return [
+        Route("/api/info", guarded(info)),
+        Route("/api/runs", guarded(runs)),
+        Route(f"{prefix}/events/stream", guarded(stream)),
+        Route(f"{prefix}/events", guarded(events)),
+        Route(f"{prefix}/diff", guarded(diff)),
+        Route(prefix + "/exports/{turn:int}", guarded(export)),
+        *(Route(f"{prefix}/{name}", guarded(action), methods=["POST"]) for name, action in actions),
+        Route(prefix, guarded(run)),
+    ]
 
 
 @cache
@@ -70,7 +107,7 @@ def create_app(client: Client, token: str, state: ConsoleState) -> ConsoleGuard:
     static = StaticFiles(directory=str(HERE / "static"))
     app = Starlette(
         routes=[
-            *routes(),
+            *api_routes(),
             Route("/", runs_page),
             Route("/runs/{rest:path}", run_page),
             Mount("/static", app=static, name="static"),

@@ -143,6 +143,28 @@ def run_diff(session_id: str, run_id: str, turn: int | None, sink_name: str | No
     return DiffView(**view)
 
 
+def export_events(session_id: str, run_id: str, sink_name: str | None = None) -> list[Any]:
+    """The run's events as its newest export in the sink holds them: every event up to that
+    boundary (a run that continued as new holds only its newest events itself).
+
+    Returns:
+        The ``EventRecord``s, in order.
+
+    Raises:
+        FilesError: The sink holds no export of the run, or it cannot be read.
+    """
+    from durable_agent.cli.diff import DiffError, _newest_export
+    from durable_agent.cli.exports import read_export_ref
+
+    try:
+        ref = _newest_export(sink_name, session_id, run_id)
+        return list(read_export_ref(ref, sink_name).open().source_run().events)
+    except DiffError as exc:
+        raise FilesError(str(exc), 404) from None
+    except (DurableAgentError, OSError, ValueError) as exc:
+        raise FilesError(f"{type(exc).__name__}: {exc}", 502) from None
+
+
 def export_ref(session_id: str, run_id: str, turn: int, sink_name: str | None = None) -> str:
     """The reference of the run's export of ``turn`` in the sink (a file, or ``pg:``).
 

@@ -9,7 +9,7 @@ const page = (() => {
   const id = rest.replace(/\/turns\/\d+$/, "").split("/").map(decodeURIComponent).join("/");
   return { id, turn: turn ? Number(turn[1]) : null, base: `/api/runs/${runPath(id)}` };
 })();
-const seen = { last: 0, boundaries: 0, stream: null, view: null, exports: new Map() };
+const seen = { last: 0, markers: [], offset: null, stream: null, view: null, exports: new Map() };
 
 function say(text, failed) {
   const out = document.getElementById("outcome");
@@ -25,12 +25,26 @@ function folded(label, text, className) {
   return el("details", { className }, el("summary", {}, `${label} (${text.length.toLocaleString()} characters)`), el("pre", {}, text));
 }
 
-function boundary(turn) {
-  const link = el("a", { href: `/runs/${runPath(page.id)}/turns/${turn}` }, `boundary ${turn}`);
+// a boundary's marker: numbered once a turn_end says which turn the run is at (the events a page
+// reads may start in the middle of a run), its link, diff and rewind then usable
+function boundary() {
+  const link = el("a", {}, "boundary …");
   const diffBox = el("div", { className: "diff" });
-  const show = el("button", { type: "button", onclick: () => showDiff(turn, diffBox) }, "diff");
-  const back = el("button", { type: "button", className: "danger", onclick: () => rewind(turn) }, "rewind to here");
-  return el("li", { className: "boundary", id: `turn-${turn}`, dataset: { turn } }, link, " ", show, " ", back, diffBox);
+  const show = el("button", { type: "button", disabled: true, onclick: () => showDiff(Number(mark.dataset.turn), diffBox) }, "diff");
+  const back = el("button", { type: "button", className: "danger", disabled: true, onclick: () => rewind(Number(mark.dataset.turn)) }, "rewind to here");
+  const mark = el("li", { className: "boundary" }, link, " ", show, " ", back, diffBox);
+  seen.markers.push(mark);
+  if (seen.offset !== null) number(mark, seen.offset + seen.markers.length);
+  return mark;
+}
+
+function number(mark, turn) {
+  mark.id = `turn-${turn}`;
+  mark.dataset.turn = turn;
+  const link = mark.querySelector("a");
+  link.textContent = `boundary ${turn}`;
+  link.href = `/runs/${runPath(page.id)}/turns/${turn}`;
+  for (const button of mark.querySelectorAll("button")) button.disabled = false;
 }
 
 function render(record) {
@@ -38,7 +52,6 @@ function render(record) {
   const li = (cls, ...children) => el("li", { className: `ev ${cls}`, dataset: { sequence: record.sequence } }, ...children);
   switch (e.type) {
     case "run_start":
-      seen.boundaries = 0;
       return [li("user", el("span", { className: "label" }, "prompt"), el("pre", {}, e.prompt), el("div", { className: "note" }, `model ${e.model}${e.resumed_from ? ` · resumed from ${e.resumed_from}` : ""}`))];
     case "user_message":
       return [li("user", el("span", { className: "label" }, e.kind.replace("_", " ")), el("pre", {}, e.text))];
@@ -50,10 +63,9 @@ function render(record) {
     case "tool_start":
       return [li("tool", el("span", { className: "label" }, `${e.name} ${e.id}`), folded("arguments", JSON.stringify(e.input, null, 2), "args"))];
     case "tool_end":
-      seen.boundaries += 1;
       return [
         li(e.is_error ? "tool-out error" : "tool-out", folded(`${e.name} output${e.is_error ? " (error)" : ""}`, e.output + (e.output_chars > e.output.length ? `\n…[${e.output_chars - e.output.length} more characters]` : ""), "out")),
-        boundary(seen.boundaries),
+        boundary(),
       ];
     case "confirmation_required":
       return [li("ask", `${e.name} ${e.id} waits for a person's approval: ${e.arguments}`)];
@@ -76,8 +88,12 @@ function render(record) {
       return [li("note", "child run ", el("a", { href: `/runs/${runPath(e.workflow_id)}` }, e.workflow_id), ` started: ${e.description || ""}`)];
     case "subagent_end":
       return [li("note", "child run ", el("a", { href: `/runs/${runPath(e.workflow_id)}` }, e.workflow_id), ` ended ${e.status || ""}`)];
-    case "model_usage":
     case "turn_end":
+      // the run's turn after its last call: every marker's number follows from it
+      seen.offset = e.turn - seen.markers.length;
+      seen.markers.forEach((mark, i) => number(mark, seen.offset + i + 1));
+      return [];
+    case "model_usage":
       return [];
     default:
       return [li("note", `${e.type}: ${JSON.stringify(e)}`)];
@@ -193,6 +209,8 @@ async function act(name, body) {
   if (name === "rewind") {
     // the run goes on as a new run whose events are its own: read them again from its start
     seen.last = 0;
+    seen.markers = [];
+    seen.offset = null;
     seen.exports.clear();
     fill(document.getElementById("conversation"));
     await loadEvents();
