@@ -333,3 +333,30 @@ async def test_the_command_prints_a_link_that_opens_the_console(client: Client, 
     finally:
         process.terminate()
         await process.wait()
+
+
+async def test_a_run_that_continued_as_new_shows_its_whole_conversation(
+    client: Client, tmp_path: Path
+) -> None:
+    reads = [tool_call(f"r{i}", "read", file_path="a.txt") for i in range(40)]
+    config = scripted_config(tmp_path, [*reads, final("done")], limits={"continue_as_new_events": 50})
+    async with running_worker(client, AgentActivities(config)) as queue:
+        handle = await start(
+            client, queue, ls_workspace(tmp_path), "read a.txt forty times", max_tool_rounds=45
+        )
+        result = await handle.result()
+        assert result.status == "completed"
+        held = await handle.query("events", 0, result_type=list[dict[str, Any]])
+        assert held[0]["sequence"] > 1  # the run itself holds only its newest events
+        async with (
+            console(client, queue, tmp_path) as base,
+            httpx.AsyncClient(base_url=base, headers=BEARER) as api,
+        ):
+            events = (await api.get(f"/api/runs/{handle.id}/events")).json()["events"]
+            assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
+            assert events[0]["event"]["type"] == "run_start" and events[-1]["event"]["type"] == "end"
+            assert sum(e["event"]["type"] == "tool_end" for e in events) == 40
+            later = (await api.get(f"/api/runs/{handle.id}/events", params={"after": 10})).json()["events"]
+            assert later[0]["sequence"] == 11 and len(later) == len(events) - 10
+            bogus = await api.get("/api/runs", params={"status": "bogus"})
+            assert bogus.status_code == 400 and "status must be one of" in bogus.json()["error"]
