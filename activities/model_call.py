@@ -16,7 +16,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities.mcp.catalog import McpCatalog
-from durable_agent.activities.providers.model_provider import ModelProvider, ProviderError
+from durable_agent.activities.providers.model_provider import LiveParts, ModelProvider, ProviderError
 from durable_agent.activities.redact import Redactor
 from durable_agent.activities.staging import filled_images, stage
 from durable_agent.activities.store.run_log_cache import RunLogCache
@@ -45,9 +45,12 @@ from durable_agent.telemetry_spans import ActivityTelemetry, ModelCallSpan
 # the run fails at once with a clear error instead of a workflow task that fails for ever (or
 # eight paid retries of an answer that will never fit).
 MODEL_ANSWER_MAX_BYTES = 960 * 1024
-# A streaming answer's heartbeats carry at most this much of its text: followers show the rest
-# from the step's durable ``text_delta`` event.
+# A streaming answer's heartbeats carry at most this much of its thinking and text together:
+# followers show the rest from the step's durable ``thinking`` and ``text_delta`` events.
 LIVE_TEXT_MAX_CHARS = 256 * 1024
+# Of which the thinking takes at most this much, so that the answer's text still shows live
+# after a long reasoning.
+LIVE_THINKING_MAX_CHARS = 64 * 1024
 
 
 def provider_failure(exc: ProviderError, redact: Redactor) -> ApplicationError:
@@ -177,11 +180,11 @@ class ModelCalls:
         self, provider: ModelProvider, model: str, call: ModelCallInput, observed: ModelCallSpan
     ) -> ModelResponse:
         attempt = activity.info().attempt
-        text: list[str] = []
+        # the answer's text and its thinking as they stream, kept apart (``thinking_sink``)
+        parts = LiveParts()
         try:
             response = await heartbeating(
-                provider.complete(call, model, text.append),
-                details=lambda: LiveText(attempt=attempt, text=self._live_text(text)),
+                provider.complete(call, model, parts), details=lambda: self._live(attempt, parts)
             )
         except ProviderError as exc:
             # its cause's text would reach the history unredacted
@@ -225,10 +228,17 @@ class ModelCalls:
             )
         return response.model_copy(update={"staged": await stage(self.store, call.run_id, message)})
 
-    def _live_text(self, parts: list[str]) -> str:
-        """The heartbeat's text so far: redacted, and bounded so that a heartbeat always fits."""
+    def _live(self, attempt: int, parts: LiveParts) -> LiveText:
+        """The heartbeat's details: the thinking and the text so far, each redacted, and together
+        bounded (``LIVE_TEXT_MAX_CHARS``) so that a heartbeat always fits."""
+        thinking = self._live_text(parts.thought, LIVE_THINKING_MAX_CHARS)
+        text = self._live_text(parts.text, LIVE_TEXT_MAX_CHARS - len(thinking))
+        return LiveText(attempt=attempt, text=text, thinking=thinking)
+
+    def _live_text(self, parts: list[str], limit: int) -> str:
+        """``parts`` joined, redacted and cut to at most ``limit`` characters."""
         text = text_without_lone_surrogates("".join(parts))  # a heartbeat is encoded too
-        if len(text) > LIVE_TEXT_MAX_CHARS:
+        if len(text) > limit:
             # a little past the cut, so that a credential across it is still seen whole
-            return self.redact(text[: LIVE_TEXT_MAX_CHARS + 1024])[:LIVE_TEXT_MAX_CHARS]
+            return self.redact(text[: limit + 1024])[:limit]
         return self.redact(text)

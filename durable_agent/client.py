@@ -448,9 +448,10 @@ async def follow_run(
 ) -> AsyncIterator[EventRecord | LiveText]:
     """Like ``follow_events``, with the model's text while it streams.
 
-    A ``LiveText`` is the text so far of the model call in flight; the
-    ``text_delta`` event that follows when the call completes holds the same
-    text for good. A higher ``attempt`` replaces what an earlier one showed.
+    A ``LiveText`` is the text so far of the model call in flight, and its thinking
+    apart (``thinking``: the model's reasoning, not the answer); the ``thinking``
+    and ``text_delta`` events that follow when the call completes hold the same
+    for good. A higher ``attempt`` replaces what an earlier one showed.
 
     Args:
         handle: The run's workflow handle.
@@ -626,7 +627,8 @@ async def _follow(
                 if desc.status != WorkflowExecutionStatus.RUNNING:
                     return
                 live = await _live_text(desc, heartbeats) if live_text else None
-                if live is not None and live != shown and live.text:
+                # a call that is still thinking has no text yet: its thinking is shown (as such)
+                if live is not None and live != shown and (live.text or live.thinking):
                     shown = live
                     yield live
         await asyncio.sleep(poll_seconds)

@@ -271,9 +271,19 @@ class AgentMetrics:
         return histogram
 
     def model_call(
-        self, provider: str, model: str, purpose: str, outcome: str, seconds: float, tokens: tuple[int, int]
+        self, provider: str, model: str, purpose: str, outcome: str, seconds: float, tokens: tuple[int, ...]
     ) -> None:
-        """One model call: its outcome, duration and (input, output) tokens."""
+        """One model call: its outcome, duration and (input, output, reasoning) tokens.
+
+        Args:
+            provider: the provider's name in the worker's config.
+            model: the model's name at the provider.
+            purpose: ``step`` or ``summary``.
+            outcome: ``ok``, ``error``, ``context_overflow`` or ``cancelled``.
+            seconds: how long the call took, streaming included.
+            tokens: input, output and reasoning tokens (the reasoning's are a share of the
+                output's, counted apart where the provider reports them); a count left out is 0.
+        """
         if not self.enabled:
             return
         self._counter(m.MODEL_CALLS).add(
@@ -282,7 +292,7 @@ class AgentMetrics:
         self._histogram(m.MODEL_CALL_DURATION).record(
             seconds, {"provider": provider, "model": model, "outcome": outcome}
         )
-        for kind, count in zip(("input", "output"), tokens, strict=True):
+        for kind, count in zip(("input", "output", "reasoning"), tokens, strict=False):
             if count:
                 self._counter(m.MODEL_TOKENS).add(count, {"provider": provider, "model": model, "type": kind})
 

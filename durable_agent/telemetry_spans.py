@@ -107,12 +107,12 @@ class ModelCallSpan:
     def __init__(self, span: Span, capture: bool) -> None:
         self.span = span
         self.capture = capture
-        self.tokens = (0, 0)
+        self.tokens: tuple[int, ...] = (0, 0, 0)
 
     def answered(self, response: ModelResponse) -> None:
         """The provider's answer (redacted): usage, finish reason and, with capture, its text."""
         usage = response.usage
-        self.tokens = (usage.prompt_tokens, usage.completion_tokens)
+        self.tokens = (usage.prompt_tokens, usage.completion_tokens, usage.reasoning_tokens)
         if not self.span.is_recording():
             return
         self.span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)

@@ -6,7 +6,21 @@ this package may change between releases.
 """
 
 from durable_agent.activities.providers.from_config import build_providers
-from durable_agent.activities.providers.model_provider import ModelProvider, ProviderError, TextSink
+from durable_agent.activities.providers.model_provider import (
+    LiveParts,
+    ModelProvider,
+    ProviderError,
+    TextSink,
+    thinking_sink,
+)
 from durable_agent.activities.providers.scripted import ScriptedProvider
 
-__all__ = ["ModelProvider", "ProviderError", "ScriptedProvider", "TextSink", "build_providers"]
+__all__ = [
+    "LiveParts",
+    "ModelProvider",
+    "ProviderError",
+    "ScriptedProvider",
+    "TextSink",
+    "build_providers",
+    "thinking_sink",
+]

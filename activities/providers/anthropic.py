@@ -6,11 +6,14 @@ events. Extended thinking arrives as ``thinking`` blocks (their text in
 ``redacted_thinking`` blocks (opaque ``data``): they are kept in the answer, in
 the order streamed (before its text and tool calls), as ``ThinkingBlock`` (wire
 ``anthropic``) and ``RedactedThinkingBlock``, to be passed back unmodified. Their
-text never reaches ``on_text``, which is the answer's.
+text goes to ``thinking_sink(on_text)`` as it streams, never to ``on_text``,
+which is the answer's.
 
 Usage: Anthropic counts cached prompt tokens apart from ``input_tokens``; the
 project's ``prompt_tokens`` is every prompt token, as with OpenAI, and the
-cache reads and writes are also reported on their own.
+cache reads and writes are also reported on their own. Anthropic does not
+report the thinking's tokens apart (they are among ``output_tokens``), so
+``reasoning_tokens`` stays 0.
 """
 
 from __future__ import annotations
@@ -27,7 +30,12 @@ from durable_agent.activities.providers.http import (
     nested,
 )
 from durable_agent.activities.providers.http_errors import Failures
-from durable_agent.activities.providers.model_provider import TextSink, assistant_step, read_credential
+from durable_agent.activities.providers.model_provider import (
+    TextSink,
+    assistant_step,
+    read_credential,
+    thinking_sink,
+)
 from durable_agent.config import AnthropicProviderConfig
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.models import (
@@ -151,6 +159,8 @@ class StreamState(StreamReader):
         self.usage = _Usage()
         self.stop_reason: str | None = None
         self.stopped = False
+        self.thought = False  # some thinking was streamed: the next block's is a new paragraph
+        self._paragraph = False  # the next thinking delta is its block's first
 
     def feed(self, data: str, on_text: TextSink) -> None:
         event = self.parse(_Event, data, "a stream event is not a Messages API event")
@@ -164,6 +174,10 @@ class StreamState(StreamReader):
             block = self.blocks[self.carried(event.index, event, "index")] = _Block(event.content_block)
             if block.type == "text" and block.text:
                 on_text(block.text[0])
+            elif block.type == "thinking" and block.thinking:
+                self._think(block.thinking[0], on_text, new_block=True)
+            elif block.type == "thinking":
+                self._paragraph = True  # its first delta starts a new paragraph
         elif event.type == "content_block_delta" and event.delta is not None:
             current = self.blocks.get(self.carried(event.index, event, "index"))
             if current is None:
@@ -194,8 +208,18 @@ class StreamState(StreamReader):
             block.json.append(delta.partial_json)
         elif delta.type == "thinking_delta" and delta.thinking:
             block.thinking.append(delta.thinking)
+            self._think(delta.thinking, on_text, new_block=self._paragraph)
         elif delta.type == "signature_delta" and delta.signature:
             block.signature.append(delta.signature)
+
+    def _think(self, text: str, on_text: TextSink, *, new_block: bool) -> None:
+        """A piece of thinking, live; the text of each block after the first a paragraph of its
+        own, as ``Message.thinking`` joins them."""
+        sink = thinking_sink(on_text)
+        if new_block and self.thought:
+            sink("\n\n")
+        sink(text)
+        self.thought, self._paragraph = True, False
 
     def response(self) -> ModelResponse:
         """The finished step; a stream without ``message_stop`` was cut off."""

@@ -41,7 +41,51 @@ class ProviderError(DurableAgentError):
         self.context_overflow = context_overflow
 
 
+# Where a streaming provider hands each piece of the answer's text as it arrives.
 TextSink = Callable[[str], None]
+
+
+class LiveParts:
+    """The pieces of a streaming answer as they arrive, its text and its thinking kept apart.
+
+    The model activity passes one as ``on_text``: calling it adds a piece of answer text, so a
+    provider that knows nothing of thinking streams its text as before, and ``thinking`` adds
+    a piece of the model's reasoning (``thinking_sink`` finds it), which a follower shows as
+    thinking, never as the answer.
+    """
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.thought: list[str] = []
+
+    def __call__(self, text: str) -> None:
+        self.text.append(text)
+
+    def thinking(self, text: str) -> None:
+        """Add a piece of the model's reasoning.
+
+        Args:
+            text: the piece, as the provider streamed it.
+        """
+        self.thought.append(text)
+
+
+def _nowhere(text: str) -> None:
+    """A sink for thinking that nobody watches."""
+
+
+def thinking_sink(on_text: TextSink) -> TextSink:
+    """Where a provider hands the pieces of the model's thinking as they arrive.
+
+    Args:
+        on_text: the sink ``complete`` was given.
+
+    Returns:
+        Its ``thinking`` when it is a ``LiveParts`` (the model activity's); otherwise (a host's
+        own caller, a test that collects text in a list) a sink that drops them, since a
+        plain text sink would show the thinking as the answer.
+    """
+    return on_text.thinking if isinstance(on_text, LiveParts) else _nowhere
 
 
 def assistant_step(
@@ -65,7 +109,8 @@ class ModelProvider(Protocol):
     """One model vendor's wire protocol.
 
     ``complete`` returns the whole step; a streaming provider also hands each
-    piece of answer text to ``on_text`` as it arrives, so followers see it live.
+    piece of answer text to ``on_text`` as it arrives, so followers see it live, and
+    each piece of its thinking to ``thinking_sink(on_text)``, which keeps it apart.
     """
 
     async def complete(self, call: ModelCallInput, model: str, on_text: TextSink) -> ModelResponse: ...

@@ -15,7 +15,10 @@ project's messages map:
   this wire made (id and encrypted content) a ``reasoning`` item, its text an
   assistant ``message`` item, each tool use a ``function_call`` item (arguments
   as a JSON string). Thinking of other wires is not sent: its signatures mean
-  nothing here;
+  nothing here. A block that holds a reasoning item's own text (``reasoning_text``:
+  gpt-oss on vLLM, which encrypts nothing) goes back as that text, the item's
+  ``content``, whatever the settings: such a server reads the model's earlier
+  reasoning from it, as a Chat Completions server does from ``reasoning_content``;
 - each tool result is a ``function_call_output`` item (a failed tool's output
   with the ``Error:`` prefix, as in Chat Completions); a result's images follow
   the outputs of its turn in one ``user`` message of ``input_image`` parts
@@ -66,9 +69,23 @@ def reasoning_item(block: ThinkingBlock) -> dict[str, Any] | None:
     """A thinking block as the reasoning item it came from; None when it cannot go back.
 
     Without ``store``, OpenAI knows a reasoning item only by its encrypted content,
-    so one without it (or without its id, or made by another wire) is not sent.
+    so one without it (or without its id, or made by another wire) is not sent. A
+    block of the item's own text (``reasoning_text``) goes back as that text, in one
+    ``reasoning_text`` part (vLLM reads exactly one), with its encrypted content if any.
+
+    Args:
+        block: a thinking block of an assistant message.
+
+    Returns:
+        The ``reasoning`` input item, or None.
     """
-    if block.wire != WIRE or not block.id or not block.signature:
+    if block.wire != WIRE or not block.id:
+        return None
+    if block.reasoning_text:
+        content = [{"type": "reasoning_text", "text": block.thinking}]
+        item: dict[str, Any] = {"type": "reasoning", "id": block.id, "summary": [], "content": content}
+        return item | ({"encrypted_content": block.signature} if block.signature else {})
+    if not block.signature:
         return None
     summary = [{"type": "summary_text", "text": block.thinking}] if block.thinking else []
     return {"type": "reasoning", "id": block.id, "summary": summary, "encrypted_content": block.signature}
@@ -90,7 +107,7 @@ def _assistant_items(message: Message, with_reasoning: bool) -> list[dict[str, A
             texts.append(block.text)
             continue
         flush_text()
-        if isinstance(block, ThinkingBlock) and with_reasoning:
+        if isinstance(block, ThinkingBlock) and (with_reasoning or block.reasoning_text):
             item = reasoning_item(block)
             if item is not None:
                 items.append(item)

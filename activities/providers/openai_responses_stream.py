@@ -12,6 +12,14 @@ from their deltas otherwise: reasoning items first, as ``ThinkingBlock`` (wire
 ``openai-responses``: summary text, ``encrypted_content`` as signature, item id)
 so that they can be passed back in place, then the text, then the calls. A
 stream that stops before its last event was cut off and is retried.
+
+A reasoning item without a summary may carry the reasoning itself as
+``reasoning_text`` content (gpt-oss on vLLM's Responses endpoint, streamed as
+``response.reasoning_text.delta``): its block holds that text, marked
+``reasoning_text`` so that it goes back as content. The reasoning's pieces, of
+a summary or the text itself, go to ``thinking_sink(on_text)`` as they stream,
+never to ``on_text``. Usage: ``output_tokens`` holds the reasoning's tokens,
+also reported as ``output_tokens_details.reasoning_tokens``.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import Any
 
 from durable_agent.activities.providers.http import StreamReader, TypedEvent, Wire, nested
 from durable_agent.activities.providers.http_errors import Failures
-from durable_agent.activities.providers.model_provider import TextSink, assistant_step
+from durable_agent.activities.providers.model_provider import TextSink, assistant_step, thinking_sink
 from durable_agent.core.models import (
     ContentBlock,
     ModelResponse,
@@ -58,7 +66,7 @@ class _Item(Wire):
     # a reasoning item's
     summary: list[_Text] | None = None
     encrypted_content: str | None = None
-    # a message's
+    # a message's text, or a reasoning item's own text (``reasoning_text`` parts)
     content: list[_Text] | None = None
 
 
@@ -67,6 +75,7 @@ class _Usage(Wire):
     output_tokens: int | None = None  # its reasoning tokens included
     total_tokens: int | None = None
     cached_tokens: int | None = nested("input_tokens_details", "cached_tokens")
+    reasoning_tokens: int | None = nested("output_tokens_details", "reasoning_tokens")
 
     def token_usage(self) -> TokenUsage:
         """The project's counts, which are OpenAI's: the prompt's cached tokens are among its own."""
@@ -77,6 +86,7 @@ class _Usage(Wire):
             completion_tokens=completion,
             total_tokens=self.total_tokens or prompt + completion,
             cache_read_tokens=self.cached_tokens or 0,
+            reasoning_tokens=self.reasoning_tokens or 0,
         )
 
 
@@ -115,6 +125,7 @@ class _Event(TypedEvent):
     output_index: int | None = None
     item_id: str | None = None
     summary_index: int | None = None
+    content_index: int | None = None
     delta: str | None = None
     item: _Item | None = None
 
@@ -127,6 +138,7 @@ class _Output:
         self.text: list[str] = []
         self.arguments: list[str] = []
         self.summary: dict[int, list[str]] = {}
+        self.reasoning: dict[int, list[str]] = {}  # its reasoning_text parts, by content index
         self.done = False
 
 
@@ -137,6 +149,9 @@ class StreamState(StreamReader):
         super().__init__(failures, max_tokens)
         self.outputs: dict[int, _Output] = {}
         self.final: _Response | None = None
+        # the part of the reasoning streamed last (its item, and which summary or text part):
+        # another one starts a paragraph of its own, as the block's text joins them
+        self.thinking_part: tuple[int, str, int] | None = None
 
     @property
     def finished(self) -> bool:
@@ -171,8 +186,9 @@ class StreamState(StreamReader):
             if event.delta:
                 self._output(event, data).arguments.append(event.delta)
         elif kind == "response.reasoning_summary_text.delta" and event.delta:
-            parts = self._output(event, data).summary
-            parts.setdefault(event.summary_index or 0, []).append(event.delta)
+            self._reasoning(event, data, "summary", event.summary_index, on_text)
+        elif kind == "response.reasoning_text.delta" and event.delta:
+            self._reasoning(event, data, "text", event.content_index, on_text)
         # ``response.created``, ``…in_progress``, the ``….done`` of parts and texts, and event
         # types added later carry nothing that the items and the last event do not.
 
@@ -185,6 +201,21 @@ class StreamState(StreamReader):
                 return output
         raise self.failures.unparsable(f"a {event.type} event came before its output item", data)
 
+    def _reasoning(self, event: _Event, data: str, kind: str, part: int | None, on_text: TextSink) -> None:
+        """A piece of a reasoning item's summary (``kind`` "summary") or own text ("text")."""
+        output = self._output(event, data)
+        delta = event.delta or ""
+        (output.summary if kind == "summary" else output.reasoning).setdefault(part or 0, []).append(delta)
+        self._think(delta, on_text, (id(output), kind, part or 0))
+
+    def _think(self, text: str, on_text: TextSink, part: tuple[int, str, int]) -> None:
+        """Hand a piece of reasoning on, live: a new part after another, as a new paragraph."""
+        sink = thinking_sink(on_text)
+        if self.thinking_part is not None and self.thinking_part != part:
+            sink(SUMMARY_SEPARATOR)
+        self.thinking_part = part
+        sink(text)
+
     def _done(self, index: int, item: _Item, on_text: TextSink) -> None:
         output = self.outputs.setdefault(index, _Output(item))
         if item.type == "message" and not output.text:
@@ -192,6 +223,11 @@ class StreamState(StreamReader):
             text = _message_text(item)
             if text:
                 on_text(text)
+        elif item.type == "reasoning" and not output.summary and not output.reasoning:
+            # the same for reasoning sent whole: still the model's thinking, shown as such
+            text = _reasoning_text(item, summary=True) or _reasoning_text(item, summary=False)
+            if text:
+                self._think(text, on_text, (id(output), "whole", 0))
         output.item, output.done = item, True
 
     def response(self) -> ModelResponse:
@@ -228,14 +264,19 @@ class StreamState(StreamReader):
 
     def _thinking(self, output: _Output) -> ThinkingBlock | None:
         item = output.item
-        if output.done and item.summary is not None:
-            parts = [s.text for s in item.summary if s.text]
-        else:
-            parts = ["".join(output.summary[i]) for i in sorted(output.summary)]
-        summary = SUMMARY_SEPARATOR.join(p for p in parts if p)
-        if not summary and not item.encrypted_content:
+        summary = _joined(output.summary, item.summary, output.done)
+        # Without a summary, the item's own text: gpt-oss on vLLM gives nothing else, and
+        # reads it back as the model's earlier reasoning.
+        text = "" if summary else _joined(output.reasoning, item.content, output.done)
+        if not summary and not text and not item.encrypted_content:
             return None  # nothing to show and nothing to pass back
-        return ThinkingBlock(thinking=summary, signature=item.encrypted_content, id=item.id, wire=WIRE)
+        return ThinkingBlock(
+            thinking=summary or text,
+            signature=item.encrypted_content,
+            id=item.id,
+            wire=WIRE,
+            reasoning_text=bool(text),
+        )
 
     def _tool_use(self, output: _Output, cut_off: bool) -> ToolUseBlock:
         item = output.item
@@ -248,6 +289,20 @@ class StreamState(StreamReader):
 
 def _message_text(item: _Item) -> str:
     return "".join(part.text or part.refusal or "" for part in item.content or [])
+
+
+def _joined(deltas: dict[int, list[str]], whole: list[_Text] | None, done: bool) -> str:
+    """A reasoning item's summary or text: from the item whole when it came, else its deltas."""
+    if done and whole is not None:
+        joined = SUMMARY_SEPARATOR.join(p.text for p in whole if p.text)
+        if joined or not deltas:
+            return joined
+    return SUMMARY_SEPARATOR.join(p for p in ("".join(deltas[i]) for i in sorted(deltas)) if p)
+
+
+def _reasoning_text(item: _Item, *, summary: bool) -> str:
+    """A reasoning item's summary (``summary``) or own text, from the item whole."""
+    return _joined({}, item.summary if summary else item.content, True)
 
 
 def error_status(error: dict[str, Any]) -> int | None:

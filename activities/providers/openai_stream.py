@@ -7,8 +7,13 @@ OpenRouter's structured ``reasoning_details``. Some send the same text under
 two of these names at once, so a delta's reasoning is taken from the first of
 them that it carries. The joined text becomes one ``ThinkingBlock`` (wire
 ``openai-chat``) at the start of the assistant message, to be passed back
-unchanged as ``reasoning_content`` on every later request; it never reaches
-``on_text``, which is for the answer.
+unchanged as ``reasoning_content`` on every later request. Each piece goes to
+``thinking_sink(on_text)`` as it streams, never to ``on_text``, which is for
+the answer.
+
+Usage: OpenAI (and the servers that copy it) count the reasoning's tokens among
+``completion_tokens`` and report them as
+``completion_tokens_details.reasoning_tokens``, kept as ``reasoning_tokens``.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 
 from durable_agent.activities.providers.http import StreamReader, Wire, nested
 from durable_agent.activities.providers.http_errors import Failures
-from durable_agent.activities.providers.model_provider import TextSink, assistant_step
+from durable_agent.activities.providers.model_provider import TextSink, assistant_step, thinking_sink
 from durable_agent.core.models import (
     ModelResponse,
     TextBlock,
@@ -83,6 +88,8 @@ class _Usage(Wire):
     cached_tokens: int | None = nested("prompt_tokens_details", "cached_tokens")
     # DeepSeek's own name for the prompt tokens read from its cache.
     prompt_cache_hit_tokens: int | None = None
+    # among ``completion_tokens``
+    reasoning_tokens: int | None = nested("completion_tokens_details", "reasoning_tokens")
 
     def token_usage(self) -> TokenUsage:
         """The project's counts, which are OpenAI's: the prompt's cached tokens are among its own."""
@@ -94,6 +101,7 @@ class _Usage(Wire):
             completion_tokens=completion,
             total_tokens=self.total_tokens or prompt + completion,
             cache_read_tokens=cached or 0,
+            reasoning_tokens=self.reasoning_tokens or 0,
         )
 
 
@@ -126,7 +134,8 @@ class StreamState(StreamReader):
 
         Args:
             data: the ``data`` of one server-sent event, other than ``[DONE]``.
-            on_text: receives each piece of answer text (never reasoning).
+            on_text: receives each piece of answer text (never reasoning, which goes to
+                ``thinking_sink(on_text)``).
         """
         chunk = self.parse(_Chunk, data, "a stream chunk is not a chat completion chunk")
         if chunk.error is not None:
@@ -144,6 +153,7 @@ class StreamState(StreamReader):
             thinking = delta.thinking()
             if thinking:
                 self.thinking.append(thinking)
+                thinking_sink(on_text)(thinking)
             for text in (delta.content, delta.refusal):
                 if text:
                     self.text.append(text)

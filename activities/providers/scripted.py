@@ -17,6 +17,7 @@ from durable_agent.activities.providers.model_provider import (
     TextSink,
     assistant_step,
     read_credential,
+    thinking_sink,
 )
 from durable_agent.config import ConfigError, ScriptedProviderConfig
 from durable_agent.core import json_limits
@@ -106,6 +107,9 @@ class ScriptedProvider:
                 retryable=False,
             )
         scripted = self.script.responses[step]
+        if scripted.thinking:
+            # streamed whole, before the text, as a reasoning model's comes: the delay is the text's
+            thinking_sink(on_text)(scripted.thinking)
         await self._stream(scripted.text or "", scripted.delay_ms / 1000, on_text)
         blocks: list[ThinkingBlock | TextBlock | ToolUseBlock] = []
         if scripted.thinking:

@@ -7,7 +7,7 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.core.events import (
@@ -123,6 +123,8 @@ def budget_line(budget: Budget) -> str:
 def usage_line(usage: TokenUsage) -> str:
     """Token usage in one line."""
     line = f"{usage.total_tokens} (prompt {usage.prompt_tokens}, completion {usage.completion_tokens}"
+    if usage.reasoning_tokens:
+        line += f", of which reasoning {usage.reasoning_tokens}"
     if usage.cache_read_tokens or usage.cache_write_tokens:
         line += f", cache read {usage.cache_read_tokens}, cache write {usage.cache_write_tokens}"
     return line + ")"
@@ -133,14 +135,18 @@ class EventPrinter:
 
     Model text is written as it arrives, without a line break of its own, so
     that text streamed in several deltas reads as one paragraph; the next
-    other event closes the line first.
+    other event closes the line first. The model's thinking, streamed too, is
+    its own paragraph: each line marked ``∴`` and, on a terminal, dimmed, so it
+    never reads as the answer.
     """
 
     def __init__(self, out: TextIO | None = None, indent: str = "  ") -> None:
         self.out = out or sys.stdout
         self.indent = indent
-        self._in_text = False
+        self._open: Literal["text", "thinking"] | None = None  # the paragraph the line is in
         self._live: LiveText | None = None  # what was shown of the model call in flight
+        isatty = getattr(self.out, "isatty", None)
+        self._dim = bool(isatty and isatty())
 
     def _line(self, text: str) -> None:
         self._close_text()
@@ -148,29 +154,33 @@ class EventPrinter:
         self.out.flush()
 
     def _close_text(self) -> None:
-        if self._in_text:
+        if self._open is not None:
             self.out.write("\n")
-            self._in_text = False
+            self._open = None
 
-    def _text(self, text: str) -> None:
+    def _text(self, text: str, kind: Literal["text", "thinking"] = "text") -> None:
+        """Write a piece of the answer's text, or of its thinking (each line marked, dimmed)."""
         if not text:
             return
-        if not self._in_text:
-            self.out.write(self.indent)
-            self._in_text = True
-        self.out.write(text.replace("\n", "\n" + self.indent))
+        mark = "∴ " if kind == "thinking" else ""
+        if self._open != kind:
+            self._close_text()
+            self.out.write(self.indent + mark)
+            self._open = kind
+        shown = text.replace("\n", "\n" + self.indent + mark)
+        self.out.write(f"\x1b[2m{shown}\x1b[0m" if mark and self._dim else shown)
         self.out.flush()
 
     def show_live(self, live: LiveText) -> None:
-        """Print what is new of a streaming model call; a retry starts its text afresh."""
+        """Print what is new of a streaming model call, its thinking apart from its text; a
+        retry starts afresh."""
         shown = self._live
         if shown is not None and live.attempt != shown.attempt:
             self._line(f"↻ the model call is retried (attempt {live.attempt}); its answer so far:")
             shown = None
-        if shown is not None and live.text.startswith(shown.text):
-            self._text(live.text[len(shown.text) :])
-        else:
-            self._text(live.text)
+        for part in ("thinking", "text"):
+            now, before = getattr(live, part), getattr(shown, part, "")
+            self._text(now[len(before) :] if now.startswith(before) else now, part)
         self._live = live
 
     def show(self, record: EventRecord | LiveText) -> None:
@@ -179,7 +189,16 @@ class EventPrinter:
             self.show_live(record)
             return
         event = record.event
-        if isinstance(event, TextDeltaEvent):
+        live = self._live
+        if isinstance(event, ThinkingEvent) and live is not None and live.thinking:
+            # the durable thinking of a call shown while it streamed: print only what is missing
+            if event.text.startswith(live.thinking):
+                self._text(event.text[len(live.thinking) :], "thinking")
+            else:
+                self._line(f"∴ thinking: {_one_line(event.text)}")
+            # the text's event follows (then the same for the text), or the call has none
+            self._live = live.model_copy(update={"thinking": ""}) if live.text else None
+        elif isinstance(event, TextDeltaEvent):
             # the durable text of a call that was shown while it streamed: print only what is missing
             live, self._live = self._live, None
             if live is not None and event.text.startswith(live.text):

@@ -87,7 +87,7 @@ MODEL_TOKENS = Metric(
     "counter",
     "{token}",
     ("provider", "model", "type"),
-    "Tokens the providers reported, type input or output",
+    "Tokens the providers reported, type input, output or reasoning (a share of output)",
     "activity",
 )
 MODEL_CALL_DURATION = Metric(

@@ -107,7 +107,7 @@ class ToolUseBlock(ToolCallBase):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
-class ThinkingBlock(Frozen):
+class ThinkingBlock(Sparse):
     """A reasoning model's thinking, kept so that it can be passed back on later requests.
 
     Reasoning APIs refuse a conversation that drops it: Anthropic wants the
@@ -128,6 +128,12 @@ class ThinkingBlock(Frozen):
     # the Responses API reasoning item's id (``rs_…``)
     id: str | None = None
     wire: Literal["anthropic", "openai-chat", "openai-responses"] | None = None
+    # A Responses API reasoning item's own text (its ``reasoning_text`` content, as gpt-oss on
+    # vLLM gives it) rather than a summary of it: it goes back as that content, which such a
+    # server reads the model's earlier reasoning from. Left out of the JSON when False.
+    reasoning_text: bool = False
+
+    left_out_at_default = ("reasoning_text",)
 
 
 class RedactedThinkingBlock(Frozen):
@@ -201,12 +207,24 @@ class Message(Frozen):
         return [i for b in self.content if isinstance(b, ToolResultBlock) for i in b.images]
 
 
-class TokenUsage(Frozen):
+class TokenUsage(Sparse):
+    """The tokens of one model call, or of many summed (``+``).
+
+    ``prompt_tokens`` counts every prompt token, the cache's reads and writes among them;
+    ``completion_tokens`` every output token, the reasoning's among them. ``reasoning_tokens``
+    is that share, where the provider reports it (OpenAI's ``reasoning_tokens``; Anthropic
+    reports none apart, its thinking is in ``output_tokens``). Left out of the JSON while 0,
+    so that the usage of every call without reasoning keeps the bytes it had before.
+    """
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    left_out_at_default = ("reasoning_tokens",)
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
         return TokenUsage(
@@ -215,6 +233,7 @@ class TokenUsage(Frozen):
             total_tokens=self.total_tokens + other.total_tokens,
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
 
@@ -278,18 +297,25 @@ class ToolDefinition(Frozen):
     input_schema: dict[str, Any]
 
 
-class LiveText(Frozen):
+class LiveText(Sparse):
     """A model call's text so far, while it streams (its activity's heartbeat details).
 
     Not an event of the run: it lives only while the call runs, and a retried
     call starts again from nothing with a higher ``attempt``, so a follower
     replaces the text it shows rather than appending a second copy. The run's
-    durable ``text_delta`` event follows when the call completes.
+    durable ``thinking`` and ``text_delta`` events follow when the call completes.
+
+    ``thinking`` is the model's reasoning so far, apart from the answer's ``text``: a
+    follower shows it as thinking, never as the answer. Left out of the JSON while empty,
+    so that a call without reasoning heartbeats the bytes it did before.
     """
 
     type: Literal["live_text"] = "live_text"
     attempt: int
     text: str
+    thinking: str = ""
+
+    left_out_at_default = ("thinking",)
 
 
 class InstructionFile(Frozen):
