@@ -4,7 +4,11 @@ dev server: two builds of one Worker Deployment in one test, the same code under
 - a conversation that waits for its next prompt stays on build 1 after build 2 becomes current,
   moves when ``durable-agent upgrade`` wakes it, answers its next prompt on build 2, and moves
   back to build 1 at a rollback; its exports stay one unbroken series;
-- a run under way moves at its next tool boundary, with no signal.
+- a run under way moves at its next tool boundary, with no signal;
+- a run waiting for a person's decision moves only at that call's boundary;
+- build 2 with a workflow change that breaks the replay of build 1's histories (one command more
+  at the start of an execution): a run of build 1 goes on there after build 2 is current, answers
+  a prompt there, then moves, and its next execution runs build 2's workflow.
 """
 
 from __future__ import annotations
@@ -12,13 +16,21 @@ from __future__ import annotations
 import asyncio
 import uuid
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+from temporalio import workflow
 from temporalio.client import Client, WorkflowHistory
+from temporalio.common import RawValue
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
+from durable_agent import worker as worker_module
 from durable_agent.cli.upgrade import settled, upgrade_waiting
 from durable_agent.client import end_conversation, run_result, send_prompt
+from durable_agent.core.activity_api import MODEL_CALL
 from durable_agent.core.run_api import (
     AWAITING_PROMPT,
     SIGNAL_UPGRADE,
@@ -27,6 +39,7 @@ from durable_agent.core.run_api import (
     ApprovalAnswer,
     ApprovalDecision,
 )
+from durable_agent.workflows import AgentRun
 from tests.helpers import (
     activity_calls,
     awaiting_approval,
@@ -215,3 +228,66 @@ async def test_a_run_waiting_for_a_decision_moves_only_at_that_call_s_boundary(
     # the decided call ran on build 1, the read after it on build 2
     assert [name for _, name in activity_calls(first_history.events)].count("agent.tool_call") == 1
     assert task_builds(await handle.fetch_history()) == {"b2"}
+
+
+@workflow.defn(name="AgentRun")
+class ChangedAgentRun(AgentRun):
+    """Build 2's workflow: a timer first in every execution, a command build 1's histories lack."""
+
+    @workflow.run
+    async def run(self, raw: RawValue) -> AgentRunResult:
+        await workflow.sleep(timedelta(milliseconds=10))
+        return await super().run(raw)
+
+
+async def test_a_build_whose_workflow_breaks_replay_takes_only_the_runs_that_moved(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = workspace_with(tmp_path, {"a.txt": "alpha\n", "b.txt": "beta\n"})
+    responses = [
+        read_call("r1", "a.txt"),
+        final("alpha"),
+        final("still alpha"),
+        read_call("r2", "b.txt"),
+        final("beta"),
+    ]
+    queue, deployment = f"test-{uuid.uuid4().hex[:10]}", deployment_name()
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(build(client, tmp_path, queue, deployment, "b1", responses))
+        await set_current(client, deployment, "b1")
+        handle = await start(client, queue, ws, "read a.txt", follow_ups=True)
+        await status_when(handle, lambda s: s.status == AWAITING_PROMPT, "the first answer")
+        first = (await handle.describe()).run_id
+        with monkeypatch.context() as patched:  # build 2's worker runs the changed workflow
+            patched.setattr(worker_module, "AgentRun", ChangedAgentRun)
+            await stack.enter_async_context(build(client, tmp_path, queue, deployment, "b2", responses))
+        await set_current(client, deployment, "b2")
+        assert not await settled(client, queue, 30)
+        # pinned: its next turn is build 1's, with no nondeterminism error
+        # pinned: its next turn is build 1's, with no nondeterminism error; at its next wait it
+        # moves, woken by nothing but the prompt's workflow task
+        await send_prompt(handle, "and now?")
+        second = await moved(client, handle, first, "b2")
+        await status_when(handle, lambda s: s.status == AWAITING_PROMPT, "the moved run to wait")
+        await send_prompt(handle, "now read b.txt")
+        await status_when(
+            handle, lambda s: s.status == AWAITING_PROMPT and s.turn == 2, "an answer on build 2"
+        )
+        await end_conversation(handle)
+        result = await run_result(client, handle.id)
+    assert result.status == "completed" and result.text == "beta", result
+    on_build_1 = await client.get_workflow_handle(handle.id, run_id=first).fetch_history()
+    on_build_2 = await client.get_workflow_handle(handle.id, run_id=second).fetch_history()
+    assert task_builds(on_build_1) == {"b1"} and task_builds(on_build_2) == {"b2"}
+    assert not any(e.HasField("workflow_task_failed_event_attributes") for e in on_build_1.events)
+    assert idle_timers(on_build_2)[0] == 0.01  # build 2's own command, first in its execution
+    models = [name for _, name in activity_calls(on_build_1.events) if name == MODEL_CALL.name]
+    assert len(models) == 3  # the answer to the prompt sent after build 2 became current
+    # what pinning spared: build 1's history does not replay on build 2's workflow
+    replayer = Replayer(
+        workflows=[ChangedAgentRun],
+        data_converter=pydantic_data_converter,
+        workflow_runner=UnsandboxedWorkflowRunner(),  # as the workers run it
+    )
+    replay = await replayer.replay_workflow(on_build_1, raise_on_replay_failure=False)
+    assert replay.replay_failure is not None
