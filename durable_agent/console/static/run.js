@@ -81,18 +81,22 @@ function render(record) {
       showTodos(e.todos || []);
       return [];
     case "checkpoint_exported":
-      seen.exports.set(e.turn, e.content_digest);
-      showExports();
+      seen.exports.set(e.turn, e.content_digest);  // the list is redrawn once the batch is in
       return [li("note", `export of turn ${e.turn}: ${e.content_digest}`)];
     case "subagent_start":
       return [li("note", "child run ", el("a", { href: `/runs/${runPath(e.workflow_id)}` }, e.workflow_id), ` started: ${e.description || ""}`)];
     case "subagent_end":
       return [li("note", "child run ", el("a", { href: `/runs/${runPath(e.workflow_id)}` }, e.workflow_id), ` ended ${e.status || ""}`)];
-    case "turn_end":
-      // the run's turn after its last call: every marker's number follows from it
-      seen.offset = e.turn - seen.markers.length;
-      seen.markers.forEach((mark, i) => number(mark, seen.offset + i + 1));
+    case "turn_end": {
+      // the run's turn after its last call: every marker's number follows from it (renumbered
+      // only when that changes: a thousand boundaries must not mean a million renumberings)
+      const offset = e.turn - seen.markers.length;
+      if (offset !== seen.offset) {
+        seen.offset = offset;
+        seen.markers.forEach((mark, i) => number(mark, offset + i + 1));
+      }
       return [];
+    }
     case "model_usage":
       return [];
     default:
@@ -108,6 +112,7 @@ function addEvents(records) {
     batch.append(...render(record));
   }
   document.getElementById("conversation").append(batch);
+  showExports();
 }
 
 function showTodos(items) {
