@@ -21,6 +21,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
+from durable_agent.client import run_result
 from durable_agent.codec import data_converter, new_key
 from durable_agent.config import CodecConfig
 from durable_agent.console.api import ConsoleState
@@ -360,3 +361,31 @@ async def test_a_run_that_continued_as_new_shows_its_whole_conversation(
             assert later[0]["sequence"] == 11 and len(later) == len(events) - 10
             bogus = await api.get("/api/runs", params={"status": "bogus"})
             assert bogus.status_code == 400 and "status must be one of" in bogus.json()["error"]
+
+
+async def test_rewind_of_an_ended_run_restores_here_and_goes_on_as_a_new_run(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the console's own connection, as `durable-agent rewind` makes it (it finds the run's workspace)
+    monkeypatch.setenv("TEMPORAL_ADDRESS", client.service_client.config.target_host)
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", client.namespace)
+    ws = writing_workspace(tmp_path)
+    acts, _ = activities(tmp_path)
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, ws, "write, then build")
+        assert (await handle.result()).status == "completed"
+        assert files_of(ws)["a.txt"][0] == b"changed\n"
+        async with (
+            console(client, queue, tmp_path) as base,
+            httpx.AsyncClient(base_url=base, headers=BEARER) as api,
+        ):
+            rewound = await api.post(f"/api/runs/{handle.id}/rewind", json={"turn": 1, "prompt": AFTER})
+            assert rewound.status_code == 200, rewound.text
+            answer = rewound.json()
+            assert answer["turn"] == 1 and answer["tree"] and answer["workflow_id"] != handle.id
+            assert "restored to turn 1" in answer["outcome"]
+            assert "b.txt" not in files_of(ws) and files_of(ws)["a.txt"][0] == b"alpha\n"
+            resumed = await run_result(client, answer["workflow_id"])
+            assert resumed.status == "completed" and resumed.text == "answered from turn 1"
+            beyond = await api.post(f"/api/runs/{handle.id}/rewind", json={"turn": 9})
+            assert beyond.status_code == 409 and "no export at turn 9" in beyond.json()["error"]

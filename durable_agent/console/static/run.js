@@ -201,8 +201,11 @@ async function refresh() {
 
 async function act(name, body) {
   say(`${name}…`);
+  const before = seen.view && seen.view.run_id;
+  let rewound = false;  // this run rewound itself: it goes on as a new execution
   try {
     const answer = await api(`${page.base}/${name}`, body);
+    rewound = name === "rewind" && answer.workflow_id === page.id;
     say(answer.outcome || `${name}: ${JSON.stringify(answer)}`);
     if (answer.workflow_id && answer.workflow_id !== page.id) {
       document.getElementById("outcome").append(" ", el("a", { href: `/runs/${runPath(answer.workflow_id)}` }, "open the new run"));
@@ -211,8 +214,13 @@ async function act(name, body) {
     say(`${name}: ${e.message}`, true);
   }
   await refresh();
-  if (name === "rewind") {
-    // the run goes on as a new run whose events are its own: read them again from its start
+  if (rewound) {
+    // the run goes on as a new execution whose events are its own: once it has started, read
+    // them again from its start
+    for (let i = 0; i < 40 && seen.view && seen.view.run_id === before; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      await refresh();
+    }
     seen.last = 0;
     seen.markers = [];
     seen.offset = null;
