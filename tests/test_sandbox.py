@@ -183,6 +183,42 @@ async def test_network_true_reaches_the_host(ws: Path) -> None:
     assert out == "hello\n[exit code 0]" and len(seen) == 1
 
 
+async def test_network_true_reaches_no_abstract_unix_socket_of_the_host(ws: Path) -> None:
+    """The host's abstract UNIX sockets are names in its network namespace, which ``network =
+    true`` shares: the sandbox makes no UNIX sockets, so it reaches none (a socketpair still works)."""
+    name = f"durable-agent-test-{uuid.uuid4().hex[:8]}"
+    seen: list[bool] = []
+
+    async def greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(True)
+        writer.write(b"hello")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(greet, path="\0" + name)
+    probe = (
+        "import socket\n"
+        "a, b = socket.socketpair(); a.send(b'pair'); print(b.recv(4).decode())\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        f"s.connect('\\0{name}'); print(s.recv(5).decode())\n"
+    )
+    (ws / "probe.py").write_text(probe)
+    async with server:
+        # the host reaches it: the socket is there to reach
+        host = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, str(ws / "probe.py")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert host.stdout == "pair\nhello\n", host.stderr
+        out = await bash(ws, "python3 probe.py", SandboxConfig(network=True))
+    assert out.startswith("pair\n") and "hello" not in out, out
+    assert "Address family not supported" in out and out.endswith("[exit code 1]"), out
+    assert seen == [True]  # the host's connection only
+
+
 async def test_no_capabilities_even_as_root(ws: Path) -> None:
     out = await bash(ws, "grep CapEff /proc/self/status; mount -o remount,rw / 2>/dev/null || echo refused")
     assert out == "CapEff:\t0000000000000000\nrefused\n[exit code 0]"

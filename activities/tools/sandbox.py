@@ -15,7 +15,9 @@ session store, export sinks, other workspaces). Also:
   not root, and cannot make another (``--disable-userns``); on the host it is
   who ``sandbox_limits.host_user`` says: the worker, or, for a worker running
   as root, the workspace's owner;
-- no network but a loopback of its own unless ``network = true``; its own
+- no network but a loopback of its own unless ``network = true``, which
+  shares the host's network but makes no UNIX sockets (``sandbox_seccomp``:
+  the host's abstract ones are in its network namespace); its own
   IPC, cgroup view and host name; no capabilities, even when the worker runs
   as root, and no new privileges (setuid programs do not raise them);
 - the call's resource bounds (``sandbox_limits``);
@@ -56,6 +58,7 @@ from durable_agent.activities.tools.sandbox_limits import (
     host_user,
     limited,
 )
+from durable_agent.activities.tools.sandbox_seccomp import SeccompUnsupported, unix_socket_filter_fd
 from durable_agent.activities.tools.sandbox_view import (
     git_directories,
     git_metadata_mounts,
@@ -142,13 +145,15 @@ def bwrap_argv(
     *,
     host_root: bool = False,
     repositories: Sequence[Path] | None = None,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The bwrap command line that runs ``command`` in ``workspace`` inside the sandbox.
 
     Mounts are applied in order, so a later one shows through an earlier one
     (``sandbox_view``). ``host_root``: the command will be uid 0 on the host,
     so what /etc keeps from other users is masked too. ``repositories``: the
-    git folders to guard (default: found in the workspace now).
+    git folders to guard (default: found in the workspace now). ``seccomp_fd``: the
+    descriptor bwrap reads the seccomp filter from (``sandbox_seccomp``), passed to it.
     """
     program = program or bwrap_program()
     argv = [program]
@@ -193,6 +198,8 @@ def bwrap_argv(
         argv.append("--unshare-net")
     # --cap-drop matters when the worker is root: without it, root inside could remount / writable.
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     for name, value in sorted(env.items()):
         argv += ["--setenv", name, value]
     argv += ["--chdir", str(workspace), "--", *command]
@@ -208,10 +215,14 @@ class Launch:
     user: HostUser | None = None
     cgroup: CallCgroup | None = None
     strays: Sequence[Path] = ()  # files the command must not leave behind (a new .git/commondir)
+    seccomp_fd: int | None = None  # bwrap reads its seccomp filter from it (``network = true``)
 
     def options(self) -> dict[str, Any]:
-        """The subprocess options that start it as ``user`` (no other groups) and in ``cgroup``."""
+        """The subprocess options that start it as ``user`` (no other groups) and in ``cgroup``,
+        with the seccomp filter's descriptor passed to bwrap."""
         options: dict[str, Any] = {}
+        if self.seccomp_fd is not None:
+            options["pass_fds"] = (self.seccomp_fd,)
         if self.user is not None:
             options.update(user=self.user.uid, group=self.user.gid, extra_groups=[])
         if self.cgroup is not None:
@@ -222,6 +233,9 @@ class Launch:
         """Remove the call's cgroup and what the command must not leave; notes on what it left."""
         if self.cgroup is not None:
             self.cgroup.remove()
+        if self.seccomp_fd is not None:
+            os.close(self.seccomp_fd)
+            self.seccomp_fd = None
         return remove_strays(self.strays)
 
 
@@ -243,10 +257,31 @@ def launch(
     shell = limited(settings, SHELL, command)
     repositories = git_directories(settings, workspace)
     cgroup = call_cgroup(settings.max_processes) if host_root and settings.max_processes else None
+    seccomp_fd = _seccomp_fd(settings)
     argv = bwrap_argv(
-        settings, workspace, scratch, inside, shell, host_root=host_root, repositories=repositories
+        settings,
+        workspace,
+        scratch,
+        inside,
+        shell,
+        host_root=host_root,
+        repositories=repositories,
+        seccomp_fd=seccomp_fd,
     )
-    return Launch(argv, inside, user, cgroup, stray_commondirs(repositories))
+    return Launch(argv, inside, user, cgroup, stray_commondirs(repositories), seccomp_fd)
+
+
+def _seccomp_fd(settings: SandboxConfig) -> int | None:
+    """With the network, the filter that keeps the host's abstract UNIX sockets out of reach
+    (``sandbox_seccomp``); without it, none is needed (a network namespace of its own)."""
+    if not settings.network:
+        return None
+    try:
+        return unix_socket_filter_fd()
+    except (SeccompUnsupported, OSError) as exc:
+        raise SandboxUnavailable(
+            f"network = true needs a seccomp filter that closes the host's UNIX sockets: {exc}"
+        ) from None
 
 
 def sandbox_problem(settings: SandboxConfig, user: HostUser | None = None) -> str | None:
@@ -279,10 +314,16 @@ def _probe(program: str, settings: SandboxConfig, user: HostUser | None) -> str 
         give_to(user, Path(folder), workspace, scratch)
         env = {"PATH": "/usr/bin:/bin"}
         shell = limited(settings, SHELL, "true")
-        argv = bwrap_argv(settings, workspace, scratch, env, shell, program)
+        try:
+            seccomp_fd = _seccomp_fd(settings)
+        except SandboxUnavailable as exc:
+            return str(exc)
+        argv = bwrap_argv(settings, workspace, scratch, env, shell, program, seccomp_fd=seccomp_fd)
         options: dict[str, Any] = {}
         if user is not None:
             options.update(user=user.uid, group=user.gid, extra_groups=[])
+        if seccomp_fd is not None:
+            options["pass_fds"] = (seccomp_fd,)
         try:
             done = subprocess.run(
                 argv, env=env, capture_output=True, timeout=PROBE_SECONDS, check=False, **options
@@ -291,6 +332,9 @@ def _probe(program: str, settings: SandboxConfig, user: HostUser | None) -> str 
             return f"bwrap ({program}) did not finish a test run within {PROBE_SECONDS:g} s"
         except OSError as exc:
             return f"bwrap ({program}) cannot be run: {exc.strerror or exc}"
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
     if done.returncode == 0:
         return None
     said = done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}"
