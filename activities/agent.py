@@ -51,8 +51,8 @@ from durable_agent.activities.workspace_restore import WorkspaceRestores
 from durable_agent.activities.workspace_tree import WorkspaceTrees, own_folders
 from durable_agent.activities.workspaces.changes import WorkspaceChanges
 from durable_agent.activities.workspaces.commits import WorkspaceCommits
-from durable_agent.activities.workspaces.merges import WorkspaceMerges
 from durable_agent.activities.workspaces.copies import WorkspaceCopies, new_host_id
+from durable_agent.activities.workspaces.merges import WorkspaceMerges
 from durable_agent.activities.workspaces.setup import WorkspaceSetup
 from durable_agent.config import (
     AgentConfig,
