@@ -19,7 +19,7 @@ from durable_agent.activities.sink_files import (
     write_parted,
 )
 from durable_agent.activities.sink_manifest import HeaderCache
-from durable_agent.activities.store.session_store import legacy_name, safe_name
+from durable_agent.activities.store.session_store import legacy_name, name_under
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.export import ExportDescriptor, SessionCheckpointExportV1
 from durable_agent.core.export_parts import PartedExport
@@ -234,7 +234,7 @@ class FilesystemExportSink:
 
     def _path(self, d: ExportDescriptor) -> Path:
         digest = d.content_digest.removeprefix("sha256:")
-        folder = self.root / safe_name(d.session_id) / safe_name(d.run_id)
+        folder = self.root / name_under(self.root, d.session_id) / name_under(self.root, d.run_id)
         return folder / f"turn-{d.turn:06d}-{digest[:16]}.json"
 
     async def deliver(self, export: SessionCheckpointExportV1) -> None:

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from temporalio import activity
 
 from durable_agent.activities.sinks import ExportSink, FilesystemExportSink, read_export_file
-from durable_agent.activities.store.session_store import safe_name
+from durable_agent.activities.store.session_store import name_under
 from durable_agent.activities.support import heartbeating, usage_error
 from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees, restore_tree
 from durable_agent.core.activity_api import RESTORE_WORKSPACE, RestoreWorkspaceInput, WorkspaceRestored
@@ -41,7 +41,8 @@ def export_file(sink: FilesystemExportSink, session_id: str, run_id: str, turn: 
         ``<root>/<session>/<run>/turn-<turn>-<16 hex of the digest>.json``.
     """
     short = digest.removeprefix("sha256:")[:16]
-    return sink.root / safe_name(session_id) / safe_name(run_id) / f"turn-{turn:06d}-{short}.json"
+    folder = sink.root / name_under(sink.root, session_id) / name_under(sink.root, run_id)
+    return folder / f"turn-{turn:06d}-{short}.json"
 
 
 @dataclass(eq=False)

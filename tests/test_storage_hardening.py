@@ -18,9 +18,11 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.pg_sink import PostgresExportSink
 from durable_agent.activities.sink_files import ManifestError, read_export_file
 from durable_agent.activities.sinks import OBJECTS_FOLDER, FilesystemExportSink
+from durable_agent.activities.store import session_store
 from durable_agent.activities.store.filesystem import FilesystemSessionStore
 from durable_agent.activities.store.pg_schema import migrate
 from durable_agent.activities.store.session_store import NAME_MAX, safe_name
+from durable_agent.activities.workspaces.sources import run_folder
 from durable_agent.config import PostgresStoreConfig
 from durable_agent.core.export import EncodingError
 from durable_agent.worker import StorageUnusable, connect_storage
@@ -66,6 +68,44 @@ def test_every_key_gets_a_file_name_of_its_own_that_stays_in_its_folder() -> Non
             assert name and "/" not in name and "\\" not in name and "\0" not in name, key
             assert name.strip("."), key
             assert len((name + suffix).encode("utf-8")) <= NAME_MAX, key
+
+
+CASED_IDS = [
+    "Team",
+    "team",
+    "TEAM",
+    "tEAM",
+    "~54eam",
+    "team~54",
+    "Équipe",
+    "équipe",
+    "Team/Alpha",
+    "team/alpha",
+]
+
+
+def test_on_a_file_system_that_does_not_tell_case_apart_keys_that_differ_in_case_do_not_meet() -> None:
+    keys = TRICKY_IDS + CASED_IDS + ["A" * 300, "a" * 300, "Ab" * 150]
+    for suffix in ("", ".run.json"):
+        names = [safe_name(key, suffix, caseless=True) for key in keys]
+        # as such a file system sees them: one name a key still
+        assert len({name.casefold() for name in names}) == len(set(keys)), sorted(names)
+        for key, name in zip(keys, names, strict=True):
+            assert name and "/" not in name and len((name + suffix).encode("utf-8")) <= NAME_MAX, key
+    # a key with no upper case keeps its name there too
+    assert safe_name("agent-run-0123456789ab", caseless=True) == "agent-run-0123456789ab"
+
+
+def test_the_store_and_the_sink_ask_the_file_system_and_escape_case_where_it_is_not_told_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert not session_store.caseless(tmp_path / "not" / "made" / "yet")  # this machine's tells case apart
+    assert FilesystemSessionStore(tmp_path)._run_dir("Team") == tmp_path / "runs" / "Team"
+    monkeypatch.setattr(session_store, "caseless", lambda folder: True)  # as on macOS's APFS
+    store = FilesystemSessionStore(tmp_path)
+    assert store._run_dir("Team") == tmp_path / "runs" / "~54eam"
+    assert store._run_dir("team") == tmp_path / "runs" / "team"
+    assert run_folder(tmp_path / "ws", "Team", "r") == tmp_path / "ws" / "~54eam" / "r"
 
 
 @pytest.mark.parametrize("key", ["agent-run-0123456789ab", "team_alpha", "run.1-A_b", "a" * 255])

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from durable_agent.activities.files import fsync_dir, write_atomic
-from durable_agent.activities.store.session_store import follows, legacy_name, not_following, safe_name
+from durable_agent.activities.store.session_store import follows, legacy_name, name_under, not_following
 from durable_agent.core.canonical import canonical_bytes
 from durable_agent.core.export import RunRecord
 from durable_agent.core.run_log import LogEntry, LogRef, RunHeader
@@ -26,7 +26,7 @@ class FilesystemSessionStore:
         self.root = root
 
     def _run_dir(self, run_id: str) -> Path:
-        return self.root / "runs" / safe_name(run_id)
+        return self.root / "runs" / name_under(self.root, run_id)
 
     def _entry_path(self, run_id: str, version: int) -> Path:
         return self._run_dir(run_id) / "log" / f"{version:010d}.json"
@@ -98,7 +98,9 @@ class FilesystemSessionStore:
         return await asyncio.to_thread(self._head, run_id)
 
     def _staged_path(self, run_id: str, digest: str) -> Path:
-        return self._run_dir(run_id) / "staged" / f"{safe_name(digest.removeprefix('sha256:'))}.txt"
+        return (
+            self._run_dir(run_id) / "staged" / f"{name_under(self.root, digest.removeprefix('sha256:'))}.txt"
+        )
 
     async def stage_text(self, run_id: str, digest: str, text: str) -> None:
         await asyncio.to_thread(write_atomic, self._staged_path(run_id, digest), text.encode("utf-8"))
@@ -121,10 +123,10 @@ class FilesystemSessionStore:
         await asyncio.to_thread(drop)
 
     def _session_dir(self, session_id: str) -> Path:
-        return self.root / "sessions" / safe_name(session_id)
+        return self.root / "sessions" / name_under(self.root, session_id)
 
     async def save_run_record(self, record: RunRecord) -> None:
-        name = safe_name(record.snapshot.id, ".run.json")
+        name = name_under(self.root, record.snapshot.id, ".run.json")
         path = self._session_dir(record.snapshot.session_id) / f"{name}.run.json"
         await asyncio.to_thread(write_atomic, path, canonical_bytes(record))
 

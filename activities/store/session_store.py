@@ -9,8 +9,11 @@ protocol, and the workflow does not change.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from durable_agent.core.export import RunRecord
@@ -176,13 +179,15 @@ class Closable(Protocol):
 
 # Characters a key keeps as they are in a file name; every other one is escaped.
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+# What a name keeps as it is on a file system that does not tell case apart: no upper case.
+_PLAIN_CASELESS = frozenset(c for c in _PLAIN if not c.isupper())
 # The longest file name most file systems take (ext4, XFS, APFS: 255 bytes).
 NAME_MAX = 255
 # An escaped name longer than this is cut and ends with the key's digest instead.
 _ESCAPED_MAX = 200
 
 
-def safe_name(key: str, suffix: str = "") -> str:
+def safe_name(key: str, suffix: str = "", *, caseless: bool = False) -> str:
     """A file name for ``key`` that cannot climb out of its folder, one a key (injective).
 
     A key of letters, digits, ``.``, ``_`` and ``-`` (not only dots) is its own name, as
@@ -193,26 +198,72 @@ def safe_name(key: str, suffix: str = "") -> str:
     appends) is cut, and ends with ``~~`` and the SHA-256 of the key. The three forms
     cannot meet: a plain name has no ``~``, an escaped one has no ``~~``.
 
+    ``caseless``: for a folder on a file system that does not tell ``A`` from ``a`` (macOS's
+    and Windows' by default): letters in upper case are escaped too (``Team`` is ``~54eam``),
+    so keys that differ only in case never meet there either (the escapes' hex digits are
+    always upper case, and every ``~`` of a key is escaped).
+
     Args:
         key: a session id, run id or digest, as given.
         suffix: what the caller appends to the name (``".run.json"``), counted in the bound.
+        caseless: whether the name is made on such a file system (``name_under`` finds out).
 
     Returns:
         The file name (without ``suffix``).
     """
     room = NAME_MAX - len(suffix.encode("utf-8"))
-    if key.strip(".") and len(key) <= room and all(c in _PLAIN for c in key):
+    plain = _PLAIN_CASELESS if caseless else _PLAIN
+    if key.strip(".") and len(key) <= room and all(c in plain for c in key):
         return key
     if not key.strip("."):
         escaped = "~2E" * len(key) or "~"  # "", ".", "..": never a name of their own
     else:
-        escaped = "".join(c if c in _PLAIN else _escape(c) for c in key)
+        escaped = "".join(c if c in plain else _escape(c) for c in key)
     if len(escaped) <= min(room, _ESCAPED_MAX):
         return escaped
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
     cut = escaped[: min(room, _ESCAPED_MAX) - len(digest) - 2]
     cut = cut[: cut.rfind("~")] if "~" in cut[-2:] else cut  # never half an escape
     return f"{cut}~~{digest}"
+
+
+def name_under(folder: Path, key: str, suffix: str = "") -> str:
+    """``safe_name`` for a file or folder made in ``folder``, case-escaped where its file system
+    does not tell case apart (``caseless``).
+
+    Args:
+        folder: Where the name is made (it need not exist yet: its nearest folder that does is
+            asked).
+        key: A session id, run id or digest, as given.
+        suffix: What the caller appends to the name.
+
+    Returns:
+        The file name (without ``suffix``).
+    """
+    return safe_name(key, suffix, caseless=caseless(folder))
+
+
+def caseless(folder: Path) -> bool:
+    """Whether the file system of ``folder`` (or of its nearest folder that exists) takes
+    ``A`` and ``a`` for one name, found out once a folder by making a file there and asking
+    for it in upper case."""
+    existing = folder.absolute()
+    while not existing.is_dir() and existing != existing.parent:
+        existing = existing.parent
+    return _caseless(str(existing))
+
+
+@functools.cache
+def _caseless(folder: str) -> bool:
+    probe = Path(folder) / f".case-probe-{uuid.uuid4().hex}"
+    try:
+        probe.touch(exist_ok=False)
+    except OSError:  # a folder this process cannot write in: it makes no names there either
+        return False
+    try:
+        return probe.with_name(probe.name.upper()).exists()
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def legacy_name(key: str) -> str:

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from durable_agent.activities.store.session_store import safe_name
+from durable_agent.activities.store.session_store import name_under
 from durable_agent.activities.workspace_tree import WorkspaceTreeError
 from durable_agent.config import WorkspacesConfig
 from durable_agent.core.run_workspace import GitSource
@@ -78,7 +78,7 @@ def run_folder(root: Path, session_id: str, run_id: str) -> Path:
     Returns:
         The folder, made.
     """
-    folder = root / safe_name(session_id) / safe_name(run_id)
+    folder = root / name_under(root, session_id) / name_under(root, run_id)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

@@ -101,12 +101,13 @@ def _prepare_workspace(given: str | None) -> Path:
 
 def _exports_folder(config: AgentConfig, sink: str | None, result: AgentRunResult) -> Path | None:
     # the sink's own naming, so the path is the real one
-    from durable_agent.activities.store.session_store import safe_name
+    from durable_agent.activities.store.session_store import name_under
 
     sink_config = config.sinks.get(sink or "") if sink else None
     if not isinstance(sink_config, FilesystemSinkConfig):
         return None
-    return (sink_config.path / safe_name(result.session_id) / safe_name(result.run_id)).resolve()
+    root = sink_config.path
+    return (root / name_under(root, result.session_id) / name_under(root, result.run_id)).resolve()
 
 
 async def _demo(

@@ -155,10 +155,10 @@ def cmd_pack(args: argparse.Namespace) -> int:
 def _files(root: Path, session_id: str) -> list[tuple[str, ExportDescriptor]]:
     import json
 
-    from durable_agent.activities.store.session_store import safe_name
+    from durable_agent.activities.store.session_store import name_under
 
     rows = []
-    for path in sorted((root / safe_name(session_id)).glob("*/turn-*.json")):
+    for path in sorted((root / name_under(root, session_id)).glob("*/turn-*.json")):
         descriptor = ExportDescriptor.model_validate(json.loads(path.read_text())["descriptor"])
         rows.append((str(path), descriptor))
     return rows

@@ -111,7 +111,8 @@ async def _locate(args: argparse.Namespace) -> tuple[str, str]:
     workspace; refused while it runs."""
     from temporalio.api.common.v1 import Payload
 
-    from durable_agent.activities.store.session_store import safe_name
+    from durable_agent.activities.sinks import FilesystemExportSink
+    from durable_agent.activities.workspace_restore import export_file
     from durable_agent.client import connect, run_result
 
     client = await connect()
@@ -127,18 +128,12 @@ async def _locate(args: argparse.Namespace) -> tuple[str, str]:
         turns = sorted({e.turn for e in result.exports})
         raise RewindError(f"run {args.workflow_id} has no export at turn {args.turn} (turns: {turns})")
     _, sink, _ = sink_of(args.sink)
-    if not hasattr(sink, "root"):  # a PostgreSQL sink (its pool not opened here)
+    if not isinstance(sink, FilesystemExportSink):  # a PostgreSQL sink (its pool not opened here)
         from durable_agent.cli.exports import PG_PREFIX
 
         path = f"{PG_PREFIX}{result.session_id}/{result.run_id}/{args.turn}"
     else:
-        digest = digests[-1].removeprefix("sha256:")[:16]
-        path = str(
-            sink.root
-            / safe_name(result.session_id)
-            / safe_name(result.run_id)
-            / f"turn-{args.turn:06d}-{digest}.json"
-        )
+        path = str(export_file(sink, result.session_id, result.run_id, args.turn, digests[-1]))
     workspace = args.workspace
     if workspace is None:  # the folder the run was started with, else the worker's default
         first = client.get_workflow_handle(args.workflow_id, run_id=result.run_id)
