@@ -124,8 +124,16 @@ def _browser(base: str, run_id: str, boundaries: int, shown: int) -> list[tuple[
                 "return p ? p.startTime : null"
             )
             nodes = driver.execute_script("return document.getElementsByTagName('*').length")
+            phases = driver.execute_script(
+                "return performance.getEntriesByType('mark').filter(m => m.name.startsWith('console:'))"
+                ".map(m => [m.name.slice(8), Math.round(m.startTime)])"
+            )
             rows.append((f"{label}: first paint", f"{paint:,.0f} ms" if paint is not None else "n/a"))
             rows.append((f"{label}: loaded (all its content)", f"{loaded:,.0f} ms, {nodes:,} elements"))
+            if phases:  # when the page's script reached each phase, from the navigation's start
+                rows.append(
+                    (f"{label}: its phases", ", ".join(f"{name} at {ms:,} ms" for name, ms in phases))
+                )
     finally:
         driver.quit()
     return rows

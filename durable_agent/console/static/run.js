@@ -317,7 +317,11 @@ document.addEventListener("DOMContentLoaded", async () => {
   const reading = api(`${page.base}/events?after=0`);  // read while the run's view is
   reading.catch(() => {});
   await refresh();
-  await loadEvents(reading);
+  performance.mark("console:view");  // the page's phases, for bench/console_cost.py
+  const read = await reading.catch(() => null);
+  performance.mark("console:events");
+  await loadEvents(read ? Promise.resolve(read) : undefined);
+  performance.mark("console:rendered");
   if (page.turn !== null) {
     const mark = document.getElementById(`turn-${page.turn}`);
     if (mark) {
