@@ -4,8 +4,10 @@ objects put in the run's export sink, and rebuilt from there (a rewind, a resume
 Each workspace has a shadow repository of its own, outside it (``<root>/<digest of the
 workspace's path>``), which git's plumbing runs with ``GIT_DIR`` the shadow, ``GIT_WORK_TREE``
 the workspace and the shadow's own index: the workspace's ``.git`` (its history, its index)
-is never read or written. ``git add -A`` then ``git write-tree`` give the tree; the index keeps
-each file's stat data, so a boundary that changed one file hashes one file. Files the
+is never read or written. The tree is the one ``git add -A`` then ``git write-tree`` give, found
+with one scan of the files: ``git status`` lists what changed since the last record (the shadow's
+HEAD), and only those paths are added (``workspaces/record.py``); the index keeps each file's
+stat data, so a boundary that changed one file hashes one file. Files the
 workspace's ``.gitignore`` files (or its ``.git/info/exclude``) ignore are left out, as are
 ``.git`` folders, the worker's own folders inside the workspace, and files past the size
 bounds (``[workspace_checkpoints]``), which the event names.
@@ -23,7 +25,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import stat
 import subprocess
 import threading
 import time
@@ -32,9 +33,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from durable_agent.activities.files import write_atomic, write_synced
+from durable_agent.activities.files import write_synced
 from durable_agent.activities.sinks import ExportSink, ObjectSink
 from durable_agent.activities.workspaces.packs import PACK_TYPES, pack_of
+from durable_agent.activities.workspaces.record import (
+    STATUS_ARGS,
+    changes_of,
+    drop_head,
+    head_tree,
+    loose_objects_since,
+    set_head,
+    too_large,
+)
 from durable_agent.config import (
     AgentConfig,
     FilesystemSinkConfig,
@@ -73,7 +83,16 @@ _SETTINGS = (
     ("core.filemode", "true"),
     # an index and an untracked cache made for large workspaces: a boundary reads only what changed
     ("feature.manyFiles", "true"),
+    # the untracked cache serves ``status --untracked-files=all`` only when that is the setting
+    ("status.showUntrackedFiles", "all"),
+    # an index write is of the entries changed since the shared part (~30 KB, not ~750 KB), which
+    # is written again past 20% of them; a shared part replaced goes after a day
+    ("core.splitIndex", "true"),
+    ("splitIndex.sharedIndexExpire", "1.day.ago"),
 )
+# the settings a shadow has, named in it, so that a shadow made before they changed gets them
+_SETTINGS_FILE = "durable-agent-settings"
+_SETTINGS_KEY = hashlib.sha256(repr(_SETTINGS).encode()).hexdigest()[:16]
 _LEFT_OUT_SHOWN = 100  # the most paths an event names as left out
 _FETCH_BATCH = 500  # objects asked of a sink at once
 _PACK_MIN_OBJECTS = 64  # fewer are written as loose objects, a file each
@@ -224,11 +243,22 @@ class ShadowRepo:
 
     def _init(self) -> None:
         if (self.git_dir / "HEAD").exists():
-            return
-        self.git_dir.mkdir(parents=True, exist_ok=True)
-        self.git("init", "-q", "--template=")
-        for key, value in _SETTINGS:
-            self.git("config", key, value)
+            try:
+                if (self.git_dir / _SETTINGS_FILE).read_text(encoding="ascii").strip() == _SETTINGS_KEY:
+                    return
+            except (OSError, UnicodeDecodeError):
+                pass
+        else:
+            self.git_dir.mkdir(parents=True, exist_ok=True)
+            self.git("init", "-q", "--template=")
+        # appended to the config file, not a ``git config`` process each (8 of them, ~3 ms apiece):
+        # of a key set twice git takes the last
+        block = "".join(
+            f"[{key.split('.')[0]}]\n\t{key.split('.')[1]} = {value}\n" for key, value in _SETTINGS
+        )
+        with open(self.git_dir / "config", "a", encoding="utf-8") as config:
+            config.write(block)
+        write_synced(self.git_dir / _SETTINGS_FILE, _SETTINGS_KEY.encode("ascii") + b"\n", sync=False)
 
     def _write_excludes(self) -> None:
         """The shadow's ``info/exclude``: the workspace's own, and the worker's folders in it."""
@@ -269,51 +299,61 @@ class ShadowRepo:
         with _lock(self.git_dir):
             self._init()
             self._write_excludes()
-            left_out = self._too_large()
-            if left_out:
-                skip = b"".join(b":(exclude,literal)" + os.fsencode(p) + b"\0" for p in left_out)
-                self.git("add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul", stdin=b".\0" + skip)
-                drop = b"".join(b":(literal)" + os.fsencode(p) + b"\0" for p in left_out)
-                self.git(
-                    "rm",
-                    "--cached",
-                    "-r",
-                    "-q",
-                    "--ignore-unmatch",
-                    "--pathspec-from-file=-",
-                    "--pathspec-file-nul",
-                    stdin=drop,
-                )
-            else:
-                self.git("add", "-A")
-            tree = self.git("write-tree").decode().strip()
+            try:
+                recorded = self._record_changes()
+            except WorkspaceTreeError:
+                recorded = None
+            if recorded is None:
+                # git refused a path, or HEAD does not read (a machine's crash): the whole way
+                drop_head(self.git_dir)
+                recorded = self._record_whole()
+                set_head(self.git_dir, recorded.tree)
+        return recorded
+
+    def _record_changes(self) -> Recorded | None:
+        """One ``git status``, then only the paths it lists (``workspaces/record.py``); None: it
+        printed what it should not have, take the whole way."""
+        changes = changes_of(self.git(*STATUS_ARGS))
+        if changes is None:
+            return None
+        head = head_tree(self.git_dir)
+        left_out = too_large(self.workspace, changes.paths, self.max_file_bytes, self.max_total_bytes)
+        skip = {os.fsencode(name) for name in left_out}
+        drop = changes.deleted + [p for p in changes.tracked if p in skip]
+        gone = set(changes.deleted)
+        add = [p.rstrip(b"/") for p in changes.paths if p not in skip and p not in gone]
+        if drop:  # first: a file gone where a folder is now added, and the other way round
+            self.git(
+                "update-index", "--force-remove", "-z", "--stdin", stdin=b"".join(p + b"\0" for p in drop)
+            )
+        if add:
+            self.git(
+                "update-index", "--add", "--remove", "--replace", "-z", "--stdin",
+                stdin=b"".join(p + b"\0" for p in add),
+            )  # fmt: skip
+        if head is not None and not (drop or add or changes.staged):
+            return Recorded(head, tuple(left_out))  # the index is HEAD's tree: nothing to write
+        tree = self.git("write-tree").decode().strip()
+        if tree != head:
+            set_head(self.git_dir, tree)
         return Recorded(tree, tuple(left_out))
 
-    def _too_large(self) -> list[str]:
-        """The files past the size bounds, in name order: of the files new or changed since the
-        last record (those left out before are new again), the larger than ``max_file_bytes``,
-        and the largest of the rest while together they pass ``max_total_bytes``."""
+    def _record_whole(self) -> Recorded:
+        """``git add -A`` of every file, the files past the size bounds found first by
+        ``git ls-files``: two scans of the workspace."""
         listed = self.git("ls-files", "-z", "--modified", "--others", "--exclude-standard")
-        sizes: dict[str, int] = {}
-        for raw in listed.split(b"\0"):
-            if not raw or raw.endswith(b"/"):  # a nested repository, listed as a folder
-                continue
-            name = os.fsdecode(raw)
-            try:
-                st = os.lstat(self.workspace / name)
-            except OSError:
-                continue  # deleted: dropped from the index by ``add -A``
-            if stat.S_ISREG(st.st_mode):
-                sizes[name] = st.st_size
-        out = {name for name, size in sizes.items() if size > self.max_file_bytes}
-        total = sum(size for name, size in sizes.items() if name not in out)
-        for name, size in sorted(sizes.items(), key=lambda item: (-item[1], item[0])):
-            if total <= self.max_total_bytes:
-                break
-            if name not in out:
-                out.add(name)
-                total -= size
-        return sorted(out)
+        left_out = too_large(self.workspace, listed.split(b"\0"), self.max_file_bytes, self.max_total_bytes)
+        if left_out:
+            skip = b"".join(b":(exclude,literal)" + os.fsencode(p) + b"\0" for p in left_out)
+            self.git("add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul", stdin=b".\0" + skip)
+            # not ``git rm --cached``, which refuses a file whose index entry is neither the file
+            # nor HEAD's (a tracked file grown past the bound, in a shadow without HEAD)
+            drop = b"".join(os.fsencode(p) + b"\0" for p in left_out)
+            self.git("update-index", "--force-remove", "-z", "--stdin", stdin=drop)
+        else:
+            self.git("add", "-A")
+        tree = self.git("write-tree").decode().strip()
+        return Recorded(tree, tuple(left_out))
 
     def tree_bytes(self, tree: str) -> int:
         """The size of the files ``tree`` holds (its blobs, as files)."""
@@ -329,13 +369,17 @@ class ShadowRepo:
         """The ids of ``tree`` and of the objects under it, less those ``since`` holds at the same
         path: what a boundary may have to send (the sink is asked which it lacks).
 
-        Read from ``git diff-tree`` of the two trees, which walks only the folders that differ
+        Read from the two trees' loose objects where they are (a record writes its trees loose:
+        no process), else from ``git diff-tree``, which walks only the folders that differ
         (``rev-list --objects`` walked both trees whole: 24 ms against 6 on 10,000 files); without
         ``since``, or where the shadow lacks it, every object of ``tree``.
         """
         if since == tree:
             return []
         if since is not None:
+            found = loose_objects_since(self.git_dir, tree, since)
+            if found is not None:
+                return found
             try:
                 changed = self.git("diff-tree", "-r", "-t", "-z", "--no-renames", since, tree)
             except WorkspaceTreeError:  # ``since`` is not in this shadow (a fresh one)
@@ -443,7 +487,10 @@ class ShadowRepo:
             return None
 
     def mark_pushed(self, sink_name: str, tree: str) -> None:
-        write_atomic(self.git_dir / "pushed" / _key(sink_name), tree.encode() + b"\n")
+        # Not fsynced: after a machine's crash the mark is the tree before, or empty (none), and
+        # the next boundary asks the sink about more objects; it never names a tree the sink
+        # lacks, since ``put_objects`` returned first.
+        write_synced(self.git_dir / "pushed" / _key(sink_name), tree.encode() + b"\n", sync=False)
 
     def checkout(self, tree: str) -> str:
         """Make the workspace's files those of ``tree``, whose objects the shadow holds: the files
@@ -458,6 +505,7 @@ class ShadowRepo:
         if before != tree:
             with _lock(self.git_dir):
                 self.git("read-tree", "--reset", "-u", tree)
+                set_head(self.git_dir, tree)  # the next record's ``status`` lists what differs from it
         return before
 
     def differences(self, was: str, now: str) -> list[str]:
@@ -551,6 +599,15 @@ async def restore_tree(repo: ShadowRepo, tree: str, sink: ObjectSink) -> None:
     await asyncio.to_thread(repo.checkout, tree)
 
 
+def _record_in(repo: ShadowRepo, sink_name: str, sized: bool) -> tuple[Recorded, int, str | None, list[str]]:
+    """``WorkspaceTrees.record``'s part in the shadow: the tree, its files' size (with ``sized``),
+    the tree last sent to ``sink_name`` and the objects that may have to go since."""
+    recorded = repo.record()
+    size = repo.tree_bytes(recorded.tree) if sized else 0
+    since = repo.pushed_to(sink_name)
+    return recorded, size, since, repo.objects_since(recorded.tree, since)
+
+
 class WorkspaceTrees:
     """The worker's side: a workspace recorded after a tool call, its objects sent to the run's
     sink; a resumed run's workspace compared with its checkpoint's tree.
@@ -619,20 +676,24 @@ class WorkspaceTrees:
             return None
         repo = self.repo(workspace)
         try:
-            recorded = await asyncio.to_thread(repo.record)
-            if (
-                max_bytes is not None
-                and (size := await asyncio.to_thread(repo.tree_bytes, recorded.tree)) > max_bytes
-            ):
+            # one thread for the shadow's part: a boundary's hops between threads add up
+            recorded, size, since, candidates = await asyncio.to_thread(
+                _record_in, repo, sink_name, max_bytes is not None
+            )
+            if max_bytes is not None and size > max_bytes:
                 raise WorkspaceTooLarge(size, max_bytes)
-            since = await asyncio.to_thread(repo.pushed_to, sink_name)
-            if since is not None and since != recorded.tree and await sink.missing_objects([since]):
-                # gone from the sink (``durable-agent gc`` took a tree no export kept): send again
-                # what the sink lacks of the whole tree, not only what changed since
-                since = None
-            candidates = await asyncio.to_thread(repo.objects_since, recorded.tree, since)
             if candidates:
-                missing = await sink.missing_objects(candidates)
+                # one question to the sink: which candidates it lacks, and whether it still holds
+                # ``since`` (one round trip, to a PostgreSQL sink too)
+                missing = await sink.missing_objects(
+                    [*candidates, since] if since is not None else candidates
+                )
+                if since is not None and since in missing:
+                    # gone from the sink (``durable-agent gc`` took a tree no export kept): send again
+                    # what the sink lacks of the whole tree, not only what changed since
+                    since = None
+                    candidates = await asyncio.to_thread(repo.objects_since, recorded.tree, None)
+                    missing = await sink.missing_objects(candidates)
                 if missing:
                     await sink.put_objects(await asyncio.to_thread(repo.loose, missing))
             if since != recorded.tree:

@@ -7,7 +7,9 @@ repository root (about 4 minutes on 2 cores; figures in docs/costs.md):
 No Temporal server: it drives ``WorkspaceCopies`` (``activities/workspaces/copies.py``) and
 ``WorkspaceTrees`` (``activities/workspace_tree.py``) directly, on a filesystem sink, as a
 worker's tool-call activity does around a call (neither reads ``activity.info()``). Each figure
-is a median with its spread (p10-p90 over 10 samples or more, else min-max). It prints:
+is a median with its spread (p10-p90 over 10 samples or more, else min-max); the first line
+gives the machine's load average at the start and the end (on a shared machine the load moves
+the figures more than the code). It prints:
 
 1. **fast path**: ``enter`` + ``leave(record=False)`` around a read-only call on a copy already
    at the run's tree (goal <= 5 ms); ``enter(changes=True)`` + ``leave(record=True)`` around a
@@ -461,7 +463,9 @@ async def one_file_boundaries(
         timed_whole.append(_ms(started))
         n += 1
     await m.copies.adopt(m.workspace, tree)
-    phases = _phases(times, repeat, timed_whole, "other (threads, marks, loose objects, mark_pushed)")
+    phases = _phases(
+        times, repeat, timed_whole, "other (threads, marks, HEAD, objects read and sent, mark_pushed)"
+    )
     return {
         "boundary": spread(whole),
         "record": spread(alone),
@@ -576,6 +580,8 @@ async def measure(
         The report (``report_lines`` prints it), and section 3's folders.
     """
     a_ws = work / "a" / "workspace"
+    # the machine's load beside the figures: on a shared machine it, not the code, may move them
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     paths = generate_repository(a_ws, files, seed)
     generated_ms = _ms(started)
@@ -606,6 +612,7 @@ async def measure(
         "generated_ms": generated_ms,
         "first_record_ms": first,
         "cores": os.cpu_count(),
+        "load": [load_before, os.getloadavg()[0]],
         "git": subprocess.run(
             ["git", "--version"], capture_output=True, text=True, check=False
         ).stdout.strip(),
@@ -639,7 +646,8 @@ def report_lines(report: Mapping[str, Any]) -> list[str]:
     fast, one = report["fast_path"], report["one_file"]
     lines = [
         f"repository: {report['files']:,} files, {report['folders']:,} folders, {report['bytes']:,} bytes "
-        f"(generated in {report['generated_ms']:.0f} ms); {report['cores']} cores; {report['git']}",
+        f"(generated in {report['generated_ms']:.0f} ms); {report['cores']} cores; {report['git']}; "
+        f"load average {report['load'][0]:.1f} at the start, {report['load'][1]:.1f} at the end",
         f"first record (a run's start, every object sent): {report['first_record_ms']:.0f} ms",
         "1. fast path",
         f"   read-only call, copy at the tree (enter + leave):   {_s(fast['read_only'])}  "

@@ -41,7 +41,9 @@ async def test_the_bench_reports_every_section_and_restores_the_same_files(tmp_p
     assert report["fast_path"]["read_only"]["n"] == 30
     one = report["one_file"]
     assert one["boundary"]["n"] == one["record"]["n"] == 3
-    assert {"git add", "git write-tree", "git diff-tree", "sink put_objects"} <= set(one["phases"])
+    # one scan (``status``), then only the paths it listed: no ``git add -A``, no ``ls-files``
+    assert {"git status", "git update-index", "git write-tree", "sink put_objects"} <= set(one["phases"])
+    assert not {"git add", "git ls-files"} & set(one["phases"])
     assert abs(sum(one["phases"].values()) - one["timed_boundary_mean"]) < 1e-6
     assert [r["boundaries"] for r in report["restore"]] == [1, 3]
     for figures, r in zip(report["restore"], restored, strict=True):
