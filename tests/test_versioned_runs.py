@@ -28,7 +28,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 from durable_agent import worker as worker_module
-from durable_agent.cli.upgrade import settled, upgrade_waiting
+from durable_agent.cli.commands import run_cli
+from durable_agent.cli.upgrade import settled
 from durable_agent.client import end_conversation, run_result, send_prompt
 from durable_agent.core.activity_api import MODEL_CALL
 from durable_agent.core.run_api import (
@@ -192,7 +193,7 @@ async def test_a_run_under_way_moves_at_its_next_tool_boundary(client: Client, t
 
 
 async def test_a_run_waiting_for_a_decision_moves_only_at_that_call_s_boundary(
-    client: Client, tmp_path: Path
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The request and the decision belong to the build that asked (docs/deploys.md): woken while
     a call waits, the run stays; decided, the call runs there and the run moves at its boundary."""
@@ -209,8 +210,19 @@ async def test_a_run_waiting_for_a_decision_moves_only_at_that_call_s_boundary(
         await stack.enter_async_context(build(client, tmp_path, queue, deployment, "b2", responses, **rules))
         await set_current(client, deployment, "b2")
         assert not await settled(client, queue, 30)
-        report = await upgrade_waiting(client, queue, wait=0)
-        assert handle.id not in report.woken  # counted as deciding once visibility has it
+        # the command counts it among the runs deciding (once visibility has its status), wakes none
+        monkeypatch.setenv("TEMPORAL_ADDRESS", client.service_client.config.target_host)
+        monkeypatch.setenv("TEMPORAL_NAMESPACE", client.namespace)
+
+        async def listed() -> str | None:
+            capsys.readouterr()
+            code = await asyncio.to_thread(run_cli, ["upgrade", "--task-queue", queue, "--wait", "5"])
+            out = capsys.readouterr().out
+            assert code == 0, out
+            return out if f"{handle.id} waits for a decision" in out else None
+
+        out = await until("the command to list the run as deciding", listed, 20, interval=0.3)
+        assert "woke 0 run(s) waiting for a prompt" in out, out
         await handle.signal(SIGNAL_UPGRADE)  # woken anyway: it stays
         await asyncio.sleep(1)
         assert (await handle.describe()).run_id == first
