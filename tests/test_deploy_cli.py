@@ -1,5 +1,6 @@
 """``durable-agent deploy`` on a real dev server: two builds of the worker in this process, and the
-commands that route new runs between them (``durable_agent/cli/deploy.py``, ``deploy_routing.py``).
+commands that route new runs between them (``durable_agent/cli/deploy.py``, ``deploy_state.py``,
+``deploy_routing.py``).
 
 The module starts a dev server of its own, which checks every second whether a build that is no
 longer current is drained (the server's default waits minutes), so that ``status`` shows it.
@@ -20,7 +21,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent import deploy_routing
+from durable_agent import deploy_state
 from durable_agent.activities import AgentActivities
 from durable_agent.cli.commands import run_cli
 from durable_agent.client import end_conversation
@@ -221,8 +222,8 @@ async def test_a_build_no_worker_polls_gets_no_runs_unless_forced(
         assert code == 0
         # b2's worker stopped: the server lists a poller for minutes after its last poll, so the
         # window that counts one as still there is cut to nothing
-        live = deploy_routing.LIVE_POLL
-        monkeypatch.setattr(deploy_routing, "LIVE_POLL", timedelta(0))
+        live = deploy_state.LIVE_POLL
+        monkeypatch.setattr(deploy_state, "LIVE_POLL", timedelta(0))
         code, _, err = await deploy(capsys, "promote", "b2", "--deployment", builds.name)
         assert (code, err.strip()) == (
             1,
@@ -235,6 +236,44 @@ async def test_a_build_no_worker_polls_gets_no_runs_unless_forced(
         assert code == 0 and "build b2 is the current build" in out
         code, _, err = await deploy(capsys, "rollback", "--deployment", builds.name)
         assert code == 1 and "no worker of build 'b1' polls" in err
-        monkeypatch.setattr(deploy_routing, "LIVE_POLL", live)
+        monkeypatch.setattr(deploy_state, "LIVE_POLL", live)
         code, out, _ = await deploy(capsys, "rollback", "--deployment", builds.name)
         assert code == 0 and "build b1 is the current build" in out
+
+
+async def test_an_ended_run_of_a_stopped_drained_build_answers_its_result_not_queries(
+    dclient: Client, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with AsyncExitStack() as stack:
+        builds = Builds(dclient, tmp_path, stack)
+        async with AsyncExitStack() as first:
+            builds.stack = first
+            await builds.start("b1", capsys)
+            await deploy(capsys, "promote", "b1", "--deployment", builds.name)
+            handle = await builds.run()
+            await end_conversation(handle)
+            await handle.result()
+            builds.stack = stack
+            await builds.start("b2", capsys)
+            await deploy(capsys, "promote", "b2", "--deployment", builds.name)
+
+            async def drained() -> bool:
+                return bool(build_of(await state(capsys, builds.name), "b1")["status"] == "drained")
+
+            await until("build b1 drained", drained)
+        # b1's workers stopped
+        capsys.readouterr()
+        started = asyncio.get_running_loop().time()
+        code = await asyncio.to_thread(run_cli, ["status", handle.id])
+        took = asyncio.get_running_loop().time() - started
+        _, err = capsys.readouterr()
+        print(f"status of a run on a stopped drained build: exit {code} after {took:.1f} s: {err.strip()}")
+        # while the server still lists the stopped workers (minutes), the query waits for one of
+        # them and fails; after, the server refuses it at once (docs/production.md)
+        assert code == 1 and len(err.strip().splitlines()) == 1
+        assert "no poller seen for task queue recently" in err or "PINNED to Worker Deployment Version" in err
+        capsys.readouterr()  # the line above
+        code = await asyncio.to_thread(run_cli, ["result", handle.id])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert json.loads(out)["text"] == "b1 one", out

@@ -3,9 +3,10 @@
 ``status`` shows each build of the deployment (current, ramping, draining: runs still pinned to
 it, drained: its workers may stop), its open and pinned runs and the workers polling it;
 ``promote BUILD`` makes a build current, ``ramp BUILD PERCENT`` sends a share of new runs to
-one, ``rollback`` undoes the last change (``durable_agent/deploy_routing.py``). The deployment
-is ``--deployment``'s, else the workers' (``AGENT_DEPLOYMENT``, ``[worker] deployment`` in
-``AGENT_CONFIG``'s config). A refusal is one line and exit code 1; a deployment not named, 2.
+one, ``rollback`` undoes the last change (``durable_agent/deploy_state.py``,
+``deploy_routing.py``). The deployment is ``--deployment``'s, else the workers'
+(``AGENT_DEPLOYMENT``, ``[worker] deployment`` in ``AGENT_CONFIG``'s config). A refusal is one
+line and exit code 1; a deployment not named, 2.
 """
 
 from __future__ import annotations
@@ -19,14 +20,8 @@ from durable_agent.cli.common import AsyncCommand, err, network
 from durable_agent.client import connect
 from durable_agent.config import DEPLOYMENT_NAME_PATTERN, ConfigError, load_config
 from durable_agent.core.errors import DurableAgentError
-from durable_agent.deploy_routing import (
-    BuildState,
-    DeploymentState,
-    deployment_state,
-    promote,
-    ramp,
-    rollback,
-)
+from durable_agent.deploy_routing import RoutingChange, promote, ramp, rollback
+from durable_agent.deploy_state import BuildState, DeploymentState, deployment_state
 from durable_agent.deployments import DEPLOYMENT_ENV, worker_deployment
 
 _NOTES = {
@@ -74,6 +69,8 @@ def print_state(state: DeploymentState) -> None:
     )
     if state.ramping:
         where += f", ramping {state.ramping} at {state.ramp_percentage:g}%"
+    if state.propagating:
+        where += " (the server is still telling the task queues of the last change)"
     print(f"deployment {state.name}: {where}")
     rows = [("BUILD", "STATUS", "RUNNING", "PINNED", "POLLERS", "CREATED", "")]
     for build in state.builds:
@@ -103,36 +100,49 @@ async def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _propagation(change: RoutingChange) -> None:
+    if not change.propagated:
+        print(
+            f"the server has not told every task queue yet ({change.seconds:.0f} s): runs started in the "
+            "next moments may still go where they went before (deploy status says when it has)"
+        )
+
+
 async def _promote(args: argparse.Namespace) -> int:
     name = deployment_name(args)
-    before = await promote(await connect(), name, args.build, force=args.force)
-    if before == args.build:
+    change = await promote(await connect(), name, args.build, force=args.force)
+    if change.what == "none":
         print(f"build {args.build} is the current build of deployment {name} already")
         return 0
     print(f"build {args.build} is the current build of deployment {name}: new runs go to it")
-    if before is not None:
+    if change.previous is not None:
         print(
-            f"runs pinned to build {before} stay on it until they end: keep its workers until it is drained"
+            f"runs pinned to build {change.previous} stay on it until they move or end: keep its workers "
+            "until it is drained"
         )
+    _propagation(change)
     return 0
 
 
 async def _ramp(args: argparse.Namespace) -> int:
     name = deployment_name(args)
-    await ramp(await connect(), name, args.build, args.percent, force=args.force)
+    change = await ramp(await connect(), name, args.build, args.percent, force=args.force)
     print(f"{args.percent:g}% of the new runs of deployment {name} go to build {args.build}")
+    _propagation(change)
     return 0
 
 
 async def _rollback(args: argparse.Namespace) -> int:
     name = deployment_name(args)
-    what, build = await rollback(await connect(), name, force=args.force)
-    if what == "ramp":
+    change = await rollback(await connect(), name, force=args.force)
+    if change.what == "ramp_ended":
         print(
-            f"the ramp of build {build} ended: every new run of deployment {name} goes to the current build"
+            f"the ramp of build {change.build_id} ended: every new run of deployment {name} goes to the "
+            "current build"
         )
     else:
-        print(f"build {build} is the current build of deployment {name} again: new runs go to it")
+        print(f"build {change.build_id} is the current build of deployment {name} again: new runs go to it")
+    _propagation(change)
     return 0
 
 
