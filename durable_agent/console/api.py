@@ -75,6 +75,8 @@ def guarded(handler: Handler) -> Handler:
             if exc.status == RPCStatusCode.NOT_FOUND:
                 return error(404, exc.message)
             return error(502, f"Temporal: {exc.message}")
+        except WorkflowFailureError as exc:  # a run refused at its start has no result to read
+            return error(409, f"the run ended without a result: {failure_message(exc)}")
         except WorkflowQueryFailedError as exc:
             return error(502, f"the run's query failed: {exc}")
         except TimeoutError:
