@@ -117,13 +117,21 @@ async def signed_in(browser: Browser, base: str) -> None:
 async def test_a_waiting_run_is_listed_and_approved_by_a_click(
     client: Client, tmp_path: Path, browser: Browser
 ) -> None:
+    todos = [
+        {"id": "look", "content": "List the files", "status": "in_progress"},
+        {"content": "Say what they are", "status": "pending"},
+    ]
     script = [
+        {"thinking": "A plan first, then the files.", **tool_call("t1", "todo_write", todos=todos)},
+        tool_call("r1", "read", file_path="long.txt"),
         {**final("Looking at the files first."), **tool_call("l1", "ls", path=".")},
         final("Two files: a.txt and b.txt. <script>alert(1)</script> <b>not bold</b>"),
     ]
     config = scripted_config(tmp_path, script, permissions=PERMISSIONS)
     async with running_worker(client, AgentActivities(config)) as queue:
-        handle = await start(client, queue, ls_workspace(tmp_path), "list the files, then say what they are")
+        ws = ls_workspace(tmp_path)
+        (ws / "long.txt").write_text("".join(f"line {i} of a long file\n" for i in range(200)))
+        handle = await start(client, queue, ws, "list the files, then say what they are")
         await awaiting_approval(handle)
         async with console(client, queue, tmp_path) as base:
             await signed_in(browser, base)
@@ -140,6 +148,13 @@ async def test_a_waiting_run_is_listed_and_approved_by_a_click(
                 "the call to decide", "return !!document.querySelector('.approval button.approve')"
             )
             assert "ls" in await browser.js("return document.querySelector('.approval .label').textContent")
+            # thinking and a long output folded, the plan in the todo list
+            assert await browser.texts("#conversation .ev.thinking details:not([open]) pre") == [
+                "A plan first, then the files."
+            ]
+            folded = await browser.texts("#conversation .ev.tool-out details:not([open]) summary")
+            assert any(f.startswith("read output") for f in folded), folded
+            assert await browser.texts("#todos li") == ["▶ List the files", "☐ Say what they are"]
             await browser.type(".approval input", "fine by me")
             await browser.screenshot("console-run.png")
             await browser.click(".approval button.approve")
