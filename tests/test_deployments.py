@@ -173,6 +173,21 @@ def test_the_digest_changes_with_the_source_and_only_with_it(
 # --- a versioned worker on the dev server ---------------------------------------------------
 
 
+async def version_queues(
+    client: Client, version: VersionProto
+) -> set[tuple[str, TaskQueueType.ValueType]] | None:
+    """The build's task queues, once the shared queue's two and a worker process's own (its host
+    queue) are all there."""
+    try:
+        described = await client.workflow_service.describe_worker_deployment_version(
+            DescribeWorkerDeploymentVersionRequest(namespace=client.namespace, deployment_version=version)
+        )
+    except RPCError:  # not registered yet
+        return None
+    found = {(q.name, q.type) for q in described.version_task_queues}
+    return found if len(found) >= 3 else None
+
+
 async def test_a_versioned_worker_runs_a_run_pinned_to_its_build(client: Client, tmp_path: Path) -> None:
     """build_worker with ``[worker] deployment``: the worker and its host queue poll as the build;
     once the build is current, a run started goes to it and is pinned to it."""
@@ -187,22 +202,7 @@ async def test_a_versioned_worker_runs_a_run_pinned_to_its_build(client: Client,
     queue = f"test-{uuid.uuid4().hex[:10]}"
     version = VersionProto(deployment_name=name, build_id="b1")
     async with build_worker(client, activities, queue):
-
-        async def queues() -> set[tuple[str, TaskQueueType.ValueType]] | None:
-            """The version's task queues, once the shared queue's two and this process's own
-            (its host queue) are all there."""
-            try:
-                described = await client.workflow_service.describe_worker_deployment_version(
-                    DescribeWorkerDeploymentVersionRequest(
-                        namespace=client.namespace, deployment_version=version
-                    )
-                )
-            except RPCError:  # not registered yet
-                return None
-            found = {(q.name, q.type) for q in described.version_task_queues}
-            return found if len(found) >= 3 else None
-
-        registered = await until("the build's three task queues", queues)
+        registered = await until("the build's three task queues", lambda: version_queues(client, version))
         assert (queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW) in registered
         assert any(HOST_QUEUE_INFIX in name for name, _ in registered)
         await client.workflow_service.set_worker_deployment_current_version(
@@ -233,14 +233,99 @@ async def test_an_unversioned_worker_stays_unversioned(client: Client, tmp_path:
 
 
 async def test_the_plugin_versions_a_worker_the_host_left_unversioned(client: Client, tmp_path: Path) -> None:
-    config = scripted_config(tmp_path, [final()], worker={"deployment": "agents", "build_id": "b3"})
+    """The plugin's worker, and the host queue's worker it runs beside it, poll as the build."""
+    name = f"dep-{uuid.uuid4().hex[:8]}"
+    config = scripted_config(tmp_path, [final()], worker={"deployment": name, "build_id": "b3"})
     own = await Client.connect(
         client.service_client.config.target_host,
         namespace=client.namespace,
         plugins=[DurableAgentPlugin(config)],
     )
-    made = Worker(own, task_queue="agent-plugin-versions")
+    queue = f"plugin-{uuid.uuid4().hex[:8]}"
+    made = Worker(own, task_queue=queue)
     assert made.config(active_config=True)["deployment_config"] == deployment_config(config, {})
+    async with made:
+        registered = await until(
+            "the build's three task queues",
+            lambda: version_queues(client, VersionProto(deployment_name=name, build_id="b3")),
+        )
+    assert any(HOST_QUEUE_INFIX in queue_name for queue_name, _ in registered)
     mine = deployment_config(WorkerConfig(deployment="mine", build_id="x"), {})
-    kept = Worker(own, task_queue="agent-plugin-versions", deployment_config=mine)
+    kept = Worker(own, task_queue=queue, deployment_config=mine)
     assert kept.config(active_config=True)["deployment_config"] is mine
+
+
+# --- python worker.py ---------------------------------------------------------------------
+
+
+def worker_env(client: Client, tmp: Path, **extra: str) -> dict[str, str]:
+    config = tmp / "worker.toml"
+    config.write_text(
+        f'[store]\npath = "{tmp / "store"}"\n[sinks.local]\nkind = "filesystem"\npath = "{tmp / "exports"}"\n'
+        '[sandbox]\nkind = "none"\n'
+    )
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "AGENT_TASK_QUEUE": f"worker-py-{uuid.uuid4().hex[:8]}",
+        "AGENT_CONFIG": str(config),
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
+
+
+async def test_python_worker_py_polls_as_the_build_the_environment_names(
+    client: Client, tmp_path: Path
+) -> None:
+    name = f"dep-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "worker.py"],
+            cwd=REPO,
+            env=worker_env(client, tmp_path, AGENT_DEPLOYMENT=name, AGENT_BUILD_ID="from-env"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        version = VersionProto(deployment_name=name, build_id="from-env")
+
+        async def registered() -> bool:
+            assert proc.poll() is None, log.read_text()
+            try:
+                await client.workflow_service.describe_worker_deployment_version(
+                    DescribeWorkerDeploymentVersionRequest(
+                        namespace=client.namespace, deployment_version=version
+                    )
+                )
+            except RPCError:
+                return False
+            return True
+
+        await until(
+            lambda: f"python worker.py as build from-env of {name}: {log.read_text()}", registered, 30
+        )
+        assert f"as build 'from-env' of worker deployment '{name}'" in log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_python_worker_py_refuses_a_deployment_name_temporal_would_refuse(
+    client: Client, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "worker.py"],
+        cwd=REPO,
+        env=worker_env(client, tmp_path, AGENT_DEPLOYMENT="has.dot"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "worker: AGENT_DEPLOYMENT 'has.dot' is not a valid name: a letter or digit first, then no spaces, "
+        "quotes, backslashes, '.' or ':'; 255 characters at most"
+    ]

@@ -68,7 +68,8 @@ async def hosting(worker: Worker, activities: AgentActivities) -> AsyncIterator[
         activities=activities.host_activities(),
         graceful_shutdown_timeout=graceful,
         max_heartbeat_throttle_interval=throttle,
-        deployment_config=config.get("deployment_config"),
+        # as the worker runs, which a plugin (``DurableAgentPlugin``) may have versioned
+        deployment_config=worker.config(active_config=True).get("deployment_config"),
     )
     sweeping = asyncio.create_task(_sweeping(activities))
     try:
