@@ -94,7 +94,9 @@ async def typed_run(
     """Run ``responses`` to their end with ``output_type=Report``: the result, events, sink, model
     and workflow id."""
     ws = workspace_with(tmp_path, {"a.py": "print(1 / 0)\n"})
-    config = scripted_config(tmp_path, responses)
+    config = scripted_config(
+        tmp_path, responses, **({"limits": fields.pop("limits")} if "limits" in fields else {})
+    )
     model = ToolsSeen(build_providers(config)["scripted"])
     sink = RecordingSink()
     acts = AgentActivities(config, providers={"scripted": model}, sinks={"local": sink})
@@ -228,6 +230,29 @@ async def test_the_run_fails_when_the_retries_are_spent(client: Client, tmp_path
     assert errors == [result.error]
     with pytest.raises(RunOutputError, match="ended failed: no valid final result"):
         await run_result(client, wid, output_type=Report)
+
+
+async def test_the_retries_spent_count_on_across_a_continue_as_new(client: Client, tmp_path: Path) -> None:
+    """A failed answer beside other calls, whose boundaries continue the run as new: the next
+    failed answer is the second, past ``max_output_retries=1``, not the first again."""
+    bad = answer("f1", summary=3)["tool_calls"]
+    responses = [
+        read_call("r1", "a.py"),
+        read_call("r2", "a.py"),
+        # a failed answer beside a read, whose boundary continues the run as new (past 50 events)
+        {"tool_calls": [*bad, *read_call("r3", "a.py")["tool_calls"]]},
+        answer("f2", summary=4),
+        answer("f3", **GOOD),
+    ]
+    result, _, _, model, wid = await typed_run(
+        client, tmp_path, responses, max_output_retries=1, limits={"continue_as_new_events": 50}
+    )
+    assert result.status == "failed", result
+    assert "no valid final result after 1 retries" in (result.error or "")
+    assert model.calls == 4
+    # it did continue as new in between: the execution that failed is not the first
+    first = (await client.get_workflow_handle(wid).fetch_history()).events[0]
+    assert first.workflow_execution_started_event_attributes.continued_execution_run_id
 
 
 async def test_a_conversation_records_each_answer_and_waits(client: Client, tmp_path: Path) -> None:

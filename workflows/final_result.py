@@ -14,9 +14,9 @@ Such a run is offered one more tool, ``final_result``, whose input schema is the
   to call ``final_result``.
 
 The last two are failed answers: after ``max_output_retries`` of them since the run's last valid
-answer the run fails, with the last problem in its error. The count lives in this execution:
-a run continues as new only at a tool boundary of a step without a failed answer pending, and
-``max_tool_rounds`` bounds the steps of a run in any case.
+answer the run fails, with the last problem in its error. The count is the run's
+(``LoopState.output_failures``): a run that continues as new between a failed answer and the
+next (at a boundary of the step's other calls) carries it over.
 
 The check runs in the workflow, not an activity: validating a value against a schema is pure
 and deterministic (``output_errors``), so a replay decides as the run did. Nothing here runs for
@@ -67,7 +67,6 @@ class FinalResults:
 
     def __init__(self, log: LogKeeper) -> None:
         self._log = log
-        self._failures = 0  # failed answers since the run's last valid one
 
     async def take(self, state: LoopState, calls: list[ToolUseBlock]) -> Answer:
         """Decide on one model step of a run with an output schema (see the module docstring).
@@ -98,7 +97,7 @@ class FinalResults:
             raise self._fail(state, str(exc)) from None
         others = [c for c in calls if c.name != FINAL_RESULT_TOOL]
         if not errors:
-            self._failures = 0
+            state.output_failures = 0
             await self._answer(state, first, ACCEPTED_MESSAGE, False, output=True)
             for call in finals[1:]:
                 await self._answer(state, call, SECOND_FINAL_MESSAGE)
@@ -129,14 +128,14 @@ class FinalResults:
 
     def _failed(self, state: LoopState, problem: str) -> int:
         """One more failed answer: how many tries the model has left, or the run fails."""
-        self._failures += 1
+        state.output_failures += 1
         allowed = state.plan.max_output_retries
-        if self._failures > allowed:
+        if state.output_failures > allowed:
             raise self._fail(
                 state,
                 f"no valid final result after {allowed} retries (max_output_retries={allowed}): {problem}",
             )
-        return allowed - self._failures + 1
+        return allowed - state.output_failures + 1
 
     @staticmethod
     def _fail(state: LoopState, message: str) -> RunFailed:

@@ -88,6 +88,7 @@ class LoopState:
         the one its export was made with (shown, not recorded: no ``todo`` event)."""
         self._counters(plan)
         self.todos: tuple[TodoItem, ...] = todos  # the plan the model wrote last (``todo_write``)
+        self.output_failures = 0  # a typed run's failed answers since its last valid one
         self._due_calls: list[ToolUseBlock]
         self._last_role: Literal["user", "assistant"]
         if point is not None:
@@ -347,6 +348,7 @@ class LoopState:
         state.step_message = carried.step_message
         state._queued = list(carried.queued)
         state.todos = carried.todos
+        state.output_failures = carried.output_failures
         state.children = carried.children
         if carried.workspace is not None:
             state.workspace = carried.workspace
@@ -371,6 +373,7 @@ class LoopState:
             todos=self.todos,
             children=self.children,
             workspace=self.workspace,
+            output_failures=self.output_failures,
         )
 
     def finish(self, status: FinalStatus, now_ms: int, error: str | None = None) -> None:

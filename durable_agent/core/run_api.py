@@ -482,6 +482,10 @@ class CarriedState(Frozen):
     # A run that moved to a new build while it waited for its next prompt: since when it waits (epoch
     # ms), so that its idle timeout goes on from there rather than starting again (docs/deploys.md).
     idle_since_ms: int | None = None
+    # A typed run's failed answers since its last valid one (``workflows/final_result.py``): its
+    # ``max_output_retries`` count on across the move, not from 0 again. Read as 0 from a state
+    # written before it (and ignored by a build before it, as any field it does not know).
+    output_failures: int = 0
     # Carried whole by runs recorded before linear history; replayed, never written.
     messages: tuple[Message, ...] = ()
     prior_runs: tuple[RunRecord, ...] = ()
