@@ -30,6 +30,7 @@ from durable_agent.console.auth import CSP, ConsoleAuthError, check_bind, consol
 from tests.helpers import awaiting_approval, final, running_worker, scripted_config, start, tool_call, until
 from tests.test_rewind_update import AFTER, activities, awaiting_prompt
 from tests.test_rewind_update import workspace as writing_workspace
+from tests.test_subagents import TreeModel, agents_config, repository
 from tests.test_workspace_checkpoints import cli_config, files_of
 
 TOKEN = "console-test-token-" + "x" * 12
@@ -389,3 +390,25 @@ async def test_rewind_of_an_ended_run_restores_here_and_goes_on_as_a_new_run(
             assert resumed.status == "completed" and resumed.text == "answered from turn 1"
             beyond = await api.post(f"/api/runs/{handle.id}/rewind", json={"turn": 9})
             assert beyond.status_code == 409 and "no export at turn 9" in beyond.json()["error"]
+
+
+async def test_a_runs_children_each_have_their_own_url(client: Client, tmp_path: Path) -> None:
+    model = TreeModel()
+    acts = AgentActivities(agents_config(tmp_path), providers={"scripted": model})
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, repository(tmp_path), "fan out: alpha beta")
+        assert (await run_result(client, handle.id)).status == "completed"
+        async with console(client, queue) as base, httpx.AsyncClient(base_url=base, headers=BEARER) as api:
+            parent = (await api.get(f"/api/runs/{handle.id}")).json()
+            children = parent["status"]["children"]
+            assert sorted(c["description"] for c in children) == ["read alpha", "read beta"]
+            for child in children:
+                assert child["workflow_id"].startswith(f"{handle.id}/")  # an id with a "/" in it
+                view = await api.get(f"/api/runs/{child['workflow_id']}")
+                assert view.status_code == 200, view.text
+                assert view.json()["parent_workflow_id"] == handle.id
+                assert view.json()["result"]["status"] == "completed"
+                events = (await api.get(f"/api/runs/{child['workflow_id']}/events")).json()["events"]
+                assert events[0]["event"]["prompt"] == f"read {child['description'][5:]}/notes.txt"
+                page = await api.get(f"/runs/{child['workflow_id']}/turns/1")
+                assert page.status_code == 200 and "/static/run.js" in page.text

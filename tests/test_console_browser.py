@@ -23,6 +23,7 @@ from tests.helpers import awaiting_approval, final, running_worker, scripted_con
 from tests.test_console_api import PERMISSIONS, TOKEN, console, ls_workspace
 from tests.test_rewind_update import AFTER, activities, awaiting_prompt
 from tests.test_rewind_update import workspace as writing_workspace
+from tests.test_subagents import TreeModel, agents_config, repository
 from tests.test_workspace_checkpoints import files_of
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -243,3 +244,31 @@ async def test_a_boundarys_diff_and_rewind_to_here(client: Client, tmp_path: Pat
             assert browser.errors() == []
             await handle.signal("end")
         await handle.result()
+
+
+async def test_the_children_tree_links_each_child_and_back(
+    client: Client, tmp_path: Path, browser: Browser
+) -> None:
+    acts = AgentActivities(agents_config(tmp_path), providers={"scripted": TreeModel()})
+    async with running_worker(client, acts) as queue:
+        handle = await start(client, queue, repository(tmp_path), "fan out: alpha beta")
+        await handle.result()
+        async with console(client, queue) as base:
+            await signed_in(browser, base)
+            await browser.get(f"{base}/runs/{handle.id}")
+            await browser.until(
+                "the children", "return document.querySelectorAll('#children a').length === 2"
+            )
+            assert sorted(await browser.texts("#children a")) == ["read alpha", "read beta"]
+            await browser.click("#children a")
+            await browser.until("the child's page", "return location.pathname.includes('/task-')")
+            await browser.until(
+                "its parent's link",
+                "return !!document.querySelector('#links a[href$=\"' + arguments[0] + '\"]')",
+                f"/runs/{handle.id}",
+            )
+            await browser.until(
+                "the child's answer",
+                "return document.getElementById('conversation').textContent.includes('SUMMARY-')",
+            )
+            assert browser.errors() == []
