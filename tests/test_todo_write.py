@@ -237,14 +237,20 @@ async def test_a_run_resumed_from_an_export_shows_the_plan_it_was_exported_with(
         assert first.status == "completed", first.error
         before = set(exports.rglob("turn-*.json"))
         after_r1 = sorted(before)[1]  # turn 2: after the plan and r1
-        # from a file on the worker, in the same session: the plan is there from the start
-        resumed = await resume_run(client, after_r1, queue=queue, workspace=str(ws), session_id="origin")
+        # from a file on the worker, in another session (the default): the plan is there from
+        # the start, and recorded as carried, so that the run's own exports hold it
+        resumed = await resume_run(client, after_r1, queue=queue, workspace=str(ws))
         assert (await resumed.result()).status == "completed"
         assert (await run_status(resumed)).todos == items(FIRST)
-        # it wrote no plan of its own: its export's plan is its source's, found through the session
         [again] = sorted(set(exports.rglob("turn-*.json")) - before)
         export = read_export_file(again)
-        assert not [r for r in export.open().source_run().events if isinstance(r.event, TodoEvent)]
+        [carried] = [r.event for r in export.open().source_run().events if isinstance(r.event, TodoEvent)]
+        assert carried.carried and carried.todos == items(FIRST)
+        # it wrote no plan of its own, and its source run is in another session: a resume of its
+        # export, in yet another session, still starts with the plan
         second = await resume_run(client, export, queue=queue, workspace=str(ws))  # by value
         assert (await second.result()).status == "completed"
         assert (await run_status(second)).todos == items(FIRST)
+        # a run that wrote its plan records no carried one
+        written = read_export_file(sorted(before)[-1]).open().source_run().events
+        assert [r.event.carried for r in written if isinstance(r.event, TodoEvent)] == [False]

@@ -250,11 +250,16 @@ class TodoItem(Frozen):
     id: str | None = None  # the model's own name for the task, if it gave one
 
 
-class TodoEvent(Frozen):
-    """The model wrote its plan (``todo_write``): the whole list, which replaces the one before."""
+class TodoEvent(Sparse):
+    """The model wrote its plan (``todo_write``): the whole list, which replaces the one before.
+    ``carried``: not written in this run, but the plan of the export it resumed from, recorded at
+    its start so that its own exports hold it (a resume of one of them, in any session, keeps it)."""
 
     type: Literal["todo"] = "todo"
     todos: tuple[TodoItem, ...]
+    carried: bool = False  # left out of the JSON when False: the events before it keep their bytes
+
+    left_out_at_default = ("carried",)
 
 
 class SubagentStartEvent(Frozen):

@@ -85,7 +85,8 @@ class LoopState:
         conversation; with ``point``, from the conversation of an export file on the worker.
         ``context``: the resumed run's view and last usage report (its messages are measured
         as they enter the log); a ``point`` brings its own. ``todos``: a resumed run's plan,
-        the one its export was made with (shown, not recorded: no ``todo`` event)."""
+        the one its export was made with, recorded after its start as a ``carried`` ``todo``
+        event, so that its own exports hold it."""
         self._counters(plan)
         self.todos: tuple[TodoItem, ...] = todos  # the plan the model wrote last (``todo_write``)
         self.output_failures = 0  # a typed run's failed answers since its last valid one
@@ -123,6 +124,8 @@ class LoopState:
             origin=plan.workspace_origin,
         )
         self.journal.emit(event, now_ms)
+        if todos:
+            self.journal.emit(TodoEvent(todos=todos, carried=True), now_ms)
         self.journal.start_context(point.context if point is not None else context, now_ms)
         self.workspace = RunWorkspace.started(plan.workspace_base, plan.workspace_host)
 

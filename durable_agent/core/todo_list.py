@@ -126,10 +126,10 @@ def checklist_lines(todos: tuple[TodoItem, ...], limit: int = 160) -> list[str]:
 def plan_at_checkpoint(payload: CheckpointPayload) -> tuple[TodoItem, ...]:
     """The plan the model had written last when an export was made, for a run resumed from it.
 
-    The newest ``todo`` event of the export's source run; when that run wrote none and was
-    itself resumed, its source's, as far as the export's snapshot holds them (a run resumed
-    from another session's export is not in it). A resumed run shows this plan from its start;
-    it records no event for it, so its log is what it was.
+    The newest ``todo`` event of the export's source run (one it wrote, or the ``carried`` one
+    it recorded at its start from its own source); for a run recorded before that, when it
+    wrote none and was itself resumed, its source's, as far as the export's snapshot holds them
+    (a run resumed from another session's export is not in it).
 
     Args:
         payload: The export's payload.
