@@ -233,7 +233,9 @@ class HookRunner:
 
     async def stopped(self, state: LoopState, final: FinalStatus) -> None:
         """``stop``, once the run's ending is known and before it is recorded: the hooks' events
-        precede the run's ``end`` and are in its last export. Recorded only.
+        precede the run's ``end`` in its record (the store's, the ``events`` query), not in an
+        export: an export is one completed tool call's checkpoint (docs/tool-hooks.md). Recorded
+        only.
 
         Args:
             state: The run's state (its last answer).
