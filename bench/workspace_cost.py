@@ -15,9 +15,11 @@ the figures more than the code). It prints:
    at the run's tree (goal <= 5 ms); ``enter(changes=True)`` + ``leave(record=True)`` around a
    call that changed nothing.
 2. **one-file boundary**: ``enter(changes=True)``, one file rewritten, ``leave(record=True)``:
-   the record and its new objects put in the sink (goal <= 20 ms); ``ShadowRepo.record`` alone;
-   and where a boundary's time goes, by git command and sink call (a second pass, timed
-   through subclasses of the shadow and the sink).
+   the record and its new objects put in the sink (goal <= 20 ms); ``ShadowRepo.record`` alone,
+   each change recorded in turn the whole way too (``git ls-files`` + ``git add -A``, every
+   record before one ``git status``, now the fallback: the same load on both), and both again
+   with nothing changed; and where a boundary's time goes, by git command and sink call (a
+   second pass, timed through subclasses of the shadow and the sink).
 3. **restore on an empty machine**: after 1 and after 50 one-file boundaries on machine A, a
    fresh shadow root and an empty folder (machine B) ``enter`` with ``take_over``: its time (and
    where it goes, through the timed shadow and sink), the objects and bytes it fetched,
@@ -39,6 +41,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -418,6 +421,13 @@ async def fast_path(m: Machine, tree: str, repeat: int) -> dict[str, Any]:
     return {"read_only": spread(read_only), "unchanged": spread(unchanged)}
 
 
+def _whole_way(repo: ShadowRepo) -> Any:
+    """``repo`` recorded the whole way (``ShadowRepo._record_whole``), as ``record`` prepares it."""
+    repo._init()
+    repo._write_excludes()
+    return repo._record_whole()
+
+
 async def one_file_boundaries(
     m: Machine, timed: Machine, tree: str, names: Sequence[str], repeat: int
 ) -> tuple[dict[str, Any], str]:
@@ -431,7 +441,9 @@ async def one_file_boundaries(
         repeat: Boundaries of each kind.
 
     Returns:
-        The figures (ms: ``boundary``, ``record`` and ``timed_boundary`` spreads; ``phases``,
+        The figures (ms: ``boundary``, ``record`` and ``timed_boundary`` spreads; the record
+        the whole way in turn with ``record`` (``record_whole``), and both again with nothing
+        changed (``record_nothing``, ``record_whole_nothing``); ``phases``,
         each git command's and sink call's mean a timed boundary and the rest, adding up to
         ``timed_boundary_mean``), and the run's tree after them.
     """
@@ -443,13 +455,24 @@ async def one_file_boundaries(
         whole.append(_ms(started))
         n += 1
     repo = m.trees.repo(m.workspace)
-    alone = []
-    for _ in range(repeat):
+    # the whole way (``_record_whole``: ``ls-files``, ``add -A``, ``write-tree``), as every record
+    # was before one ``status`` and now only the fallback, on a copy of the shadow: each change
+    # recorded both ways, in turn, so that the machine's load weighs on both alike
+    other = ShadowRepo(m.trees.root.parent / "whole-way", m.workspace)
+    shutil.copytree(repo.git_dir, other.git_dir)
+    records: dict[str, list[float]] = defaultdict(list)
+    for i in range(repeat):
         change_file(m.workspace, names[n % len(names)], n)
         n += 1
-        started = time.perf_counter()
-        await asyncio.to_thread(repo.record)
-        alone.append(_ms(started))
+        for kind in ("one file", "nothing"):
+            ways = [("short", repo.record), ("whole", lambda: _whole_way(other))]
+            trees = set()
+            for way, record in ways[:: 1 if i % 2 else -1]:
+                started = time.perf_counter()
+                trees.add((await asyncio.to_thread(record)).tree)
+                records[f"{way} {kind}"].append(_ms(started))
+            assert len(trees) == 1, "the two ways recorded different trees"
+    alone = records["short one file"]
     tree = await boundary(m, tree, names[n % len(names)], n)  # the changes above go to the sink
     n += 1
     assert isinstance(timed.trees, _TimedTrees)
@@ -469,6 +492,9 @@ async def one_file_boundaries(
     return {
         "boundary": spread(whole),
         "record": spread(alone),
+        "record_whole": spread(records["whole one file"]),
+        "record_nothing": spread(records["short nothing"]),
+        "record_whole_nothing": spread(records["whole nothing"]),
         "timed_boundary": spread(timed_whole),
         "timed_boundary_mean": statistics.fmean(timed_whole),
         "phases": phases,
@@ -657,6 +683,9 @@ def report_lines(report: Mapping[str, Any]) -> list[str]:
         f"   enter + change + leave(record), objects to sink:    {_s(one['boundary'])}  "
         + _goal(one["boundary"], BOUNDARY_GOAL_MS),
         f"   ShadowRepo.record alone:                            {_s(one['record'])}",
+        f"     the whole way, each change in turn with it:       {_s(one['record_whole'])}",
+        f"   ShadowRepo.record, nothing changed:                 {_s(one['record_nothing'])}",
+        f"     the whole way, in turn with it:                   {_s(one['record_whole_nothing'])}",
         f"   where it goes (a timed pass, {_s(one['timed_boundary'])}, "
         f"mean {one['timed_boundary_mean']:.1f} ms; mean ms a boundary):",
     ]

@@ -40,7 +40,8 @@ async def test_the_bench_reports_every_section_and_restores_the_same_files(tmp_p
     assert set(report["fast_path"]) == {"read_only", "unchanged"}
     assert report["fast_path"]["read_only"]["n"] == 30
     one = report["one_file"]
-    assert one["boundary"]["n"] == one["record"]["n"] == 3
+    assert one["boundary"]["n"] == one["record"]["n"] == one["record_whole"]["n"] == 3
+    assert one["record_nothing"]["n"] == one["record_whole_nothing"]["n"] == 3
     # one scan (``status``), then only the paths it listed: no ``git add -A``, no ``ls-files``
     assert {"git status", "git update-index", "git write-tree", "sink put_objects"} <= set(one["phases"])
     assert not {"git add", "git ls-files"} & set(one["phases"])

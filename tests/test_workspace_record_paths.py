@@ -317,6 +317,9 @@ def test_a_nested_git_repository(shadow: Shadow) -> None:
     shadow.check()
     git("commit", "-q", "--allow-empty", "-m", "three")
     shadow.check()
+    # its .git gone, its files left: git keeps the gitlink as it was, and reads none of them
+    subprocess.run(["rm", "-rf", str(nested / ".git")], check=True)
+    shadow.check(fresh=False)
     subprocess.run(["rm", "-rf", str(shadow.ws / "vendor")], check=True)
     shadow.check()
 
