@@ -13,6 +13,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer, Worker, WorkerTuner
 
 from durable_agent.activities import AgentActivities
+from durable_agent.activities.workspaces.hosting import hosting
 from durable_agent.client import start_run
 from durable_agent.config import WORKFLOW_TASK_SLOTS, AgentConfig, ConfigError, load_config
 from durable_agent.core.run_api import AgentRunInput
@@ -135,3 +136,19 @@ async def test_the_plugin_replays_recorded_histories() -> None:
     replayer = Replayer(workflows=[], plugins=[DurableAgentPlugin()])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None
+
+
+async def test_the_host_queue_worker_runs_as_the_plugin_configured_the_worker(
+    client: Client, tmp_path: Path
+) -> None:
+    """The worker of a run's host queue (docs/workspaces.md) takes the shared worker's settings as
+    the plugin made them, not as the user wrote them: its heartbeat throttle, its shutdown."""
+    config = scripted_config(tmp_path, [final("unused")])
+    plugin = DurableAgentPlugin(config)
+    own = await plugin_client(client, plugin)
+    worker = Worker(
+        own, task_queue=f"plugin-{uuid.uuid4().hex[:8]}", workflows=[UserGreeting], activities=[greet]
+    )
+    async with hosting(worker, AgentActivities(config)) as host:
+        assert host is not None
+        assert host.config(active_config=True)["max_heartbeat_throttle_interval"] == HEARTBEAT_THROTTLE

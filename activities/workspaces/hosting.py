@@ -59,7 +59,9 @@ async def hosting(worker: Worker, activities: AgentActivities) -> AsyncIterator[
     # queue is then one of that build's, so a pinned run's calls sent here run on its own build
     # only; a run moved to another build that sends one to a host of the old build waits
     # host_wait_seconds, then a worker of its build takes the call over (workflows/hosting.py).
-    config = worker.config()
+    # as the worker runs, which a plugin (``DurableAgentPlugin``) may have configured: its
+    # throttle, its build
+    config = worker.config(active_config=True)
     graceful = config.get("graceful_shutdown_timeout") or timedelta(0)
     throttle = config.get("max_heartbeat_throttle_interval") or timedelta(seconds=60)  # the SDK's default
     host = Worker(
@@ -68,8 +70,7 @@ async def hosting(worker: Worker, activities: AgentActivities) -> AsyncIterator[
         activities=activities.host_activities(),
         graceful_shutdown_timeout=graceful,
         max_heartbeat_throttle_interval=throttle,
-        # as the worker runs, which a plugin (``DurableAgentPlugin``) may have versioned
-        deployment_config=worker.config(active_config=True).get("deployment_config"),
+        deployment_config=config.get("deployment_config"),
     )
     sweeping = asyncio.create_task(_sweeping(activities))
     try:
