@@ -21,6 +21,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.activities import AgentActivities
+from durable_agent.cli.console import CliSinkFiles
 from durable_agent.client import run_result
 from durable_agent.codec import data_converter, new_key
 from durable_agent.config import CodecConfig
@@ -52,7 +53,7 @@ async def console(client: Client, queue: str, tmp: Path | None = None) -> AsyncI
         codec=codec_note(CodecConfig()),
     )
     try:
-        async with running_console(create_app(client, TOKEN, state)) as (url, _):
+        async with running_console(create_app(client, TOKEN, state, files=CliSinkFiles())) as (url, _):
             yield url
     finally:
         if before is None:
@@ -290,13 +291,13 @@ async def test_with_a_codec_the_console_decodes_with_the_workers_keys_and_says_s
         assert "decrypted here with the workers' [codec] keys" in state.codec and "k1" in state.codec
         # without the keys: the console says what is missing, it does not fail
         async with (
-            running_console(create_app(client, TOKEN, state)) as (base, _),
+            running_console(create_app(client, TOKEN, state, files=CliSinkFiles())) as (base, _),
             httpx.AsyncClient(base_url=base, headers=BEARER) as api,
         ):
             blind = await api.get(f"/api/runs/{handle.id}/events")
             assert blind.status_code == 500 and "[codec]" in blind.json()["error"], blind.text
         async with (
-            running_console(create_app(codec_client, TOKEN, state)) as (base, _),
+            running_console(create_app(codec_client, TOKEN, state, files=CliSinkFiles())) as (base, _),
             httpx.AsyncClient(base_url=base, headers=BEARER) as api,
         ):
             assert "k1" in (await api.get("/api/info")).json()["codec"]

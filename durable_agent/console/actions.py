@@ -15,8 +15,7 @@ from starlette.responses import JSONResponse, Response
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 
 from durable_agent.client import end_conversation, resume_run, send_prompt, steer_run
-from durable_agent.console.api import body_of, client_of, error, state_of, status_of
-from durable_agent.console.files import restore_ended
+from durable_agent.console.api import body_of, client_of, error, files_of, state_of, status_of
 from durable_agent.core.failures import failure_message
 from durable_agent.core.run_api import (
     AWAITING_PROMPT,
@@ -140,7 +139,7 @@ async def rewind(request: Request) -> Response:
                 "outcome": f"rewound to turn {accepted.turn}: {files}",
             }
         )
-    export, workspace, tree = await asyncio.to_thread(restore_ended, wid, body.turn)
+    export, workspace, tree = await asyncio.to_thread(files_of(request).restore_ended, wid, body.turn)
     fields: dict[str, Any] = {"workspace": workspace, "prompt": body.prompt}
     new = await resume_run(
         client, export, queue=state_of(request).task_queue, **{k: v for k, v in fields.items() if v}

@@ -29,7 +29,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.client import follow_run, run_result
 from durable_agent.codec import ENCODING, CodecError
-from durable_agent.console.files import FilesError, export_events, export_file, run_diff
+from durable_agent.console.files import FilesError, SinkFiles
 from durable_agent.console.runs import RowCache, list_runs
 from durable_agent.core.errors import validation_message
 from durable_agent.core.events import CheckpointExportedEvent, EventRecord
@@ -110,6 +110,12 @@ async def body_of(request: Request, model: type[M]) -> M | JSONResponse:
 def state_of(request: Request) -> ConsoleState:
     state: ConsoleState = request.app.state.console
     return state
+
+
+def files_of(request: Request) -> SinkFiles:
+    """What reads the runs' files from the sink (``create_app``'s ``files``)."""
+    files: SinkFiles = request.app.state.files
+    return files
 
 
 def client_of(request: Request) -> Client:
@@ -255,7 +261,7 @@ async def _older(request: Request, wid: str, held: list[EventRecord], after: int
         return []
     try:
         session, run_id = await _ids(client_of(request), wid)
-        exported = await asyncio.to_thread(export_events, session, run_id, state_of(request).sink)
+        exported = await asyncio.to_thread(files_of(request).export_events, session, run_id)
     except (FilesError, RPCError, WorkflowFailureError, WorkflowQueryFailedError, TimeoutError):
         return []
     return [r for r in exported if after < r.sequence < held[0].sequence]
@@ -312,17 +318,14 @@ async def diff(request: Request) -> Response:
     if raw is not None and not raw.isdigit():
         return error(400, f"turn must be a number, not {raw!r}")
     session, run_id = await _ids(client_of(request), request.path_params["workflow_id"])
-    view = await asyncio.to_thread(
-        run_diff, session, run_id, int(raw) if raw else None, state_of(request).sink
-    )
+    view = await asyncio.to_thread(files_of(request).run_diff, session, run_id, int(raw) if raw else None)
     return JSONResponse(view.model_dump(mode="json"))
 
 
 async def export(request: Request) -> Response:
     """``GET /api/runs/{workflow_id}/exports/{turn}``: the export of a turn, as a file."""
     session, run_id = await _ids(client_of(request), request.path_params["workflow_id"])
-    name, data = await asyncio.to_thread(
-        export_file, session, run_id, int(request.path_params["turn"]), state_of(request).sink
-    )
+    turn = int(request.path_params["turn"])
+    name, data = await asyncio.to_thread(files_of(request).export_file, session, run_id, turn)
     disposition = f'attachment; filename="{Path(name).name}"'
     return Response(data, media_type="application/json", headers={"content-disposition": disposition})

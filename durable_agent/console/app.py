@@ -1,5 +1,5 @@
 """The console's application: its pages, its static files, its API, all behind ``ConsoleGuard``,
-and ``serve`` that runs it with uvicorn.
+and ``running_console`` that serves it with uvicorn.
 
 The pages are plain HTML files shipped in the package (``templates/``) with no server-side
 templating at all: a run's page is the same file for every run and every boundary
@@ -38,6 +38,7 @@ from durable_agent.console.api import (
     stream,
 )
 from durable_agent.console.auth import ConsoleGuard
+from durable_agent.console.files import SinkFiles
 from durable_agent.console.runs import RowCache
 
 HERE = resources.files("durable_agent.console")
@@ -92,7 +93,7 @@ async def run_page(request: Request) -> Response:
     return HTMLResponse(_page("run.html"))
 
 
-def create_app(client: Client, token: str, state: ConsoleState) -> ConsoleGuard:
+def create_app(client: Client, token: str, state: ConsoleState, *, files: SinkFiles) -> ConsoleGuard:
     """The console as an ASGI application.
 
     Args:
@@ -100,6 +101,8 @@ def create_app(client: Client, token: str, state: ConsoleState) -> ConsoleGuard:
             workers' keys).
         token: The token every request must carry (``auth.py``).
         state: The task queue, namespace, Temporal UI and codec note the API answers with.
+        files: What reads the runs' diffs and exports from the sink (``cli/console.py``'s
+            ``CliSinkFiles``).
 
     Returns:
         The application, behind its guard.
@@ -117,19 +120,8 @@ def create_app(client: Client, token: str, state: ConsoleState) -> ConsoleGuard:
     app.state.console = state
     app.state.rows = RowCache()
     app.state.ended = EndedRuns()
+    app.state.files = files
     return ConsoleGuard(app, token)
-
-
-async def serve(app: ConsoleGuard, host: str, port: int) -> None:
-    """Serve ``app`` until interrupted.
-
-    Args:
-        app: From ``create_app``.
-        host: The address to listen on.
-        port: The port.
-    """
-    async with running_console(app, host, port) as (_, done):
-        await done
 
 
 @asynccontextmanager
@@ -159,7 +151,11 @@ async def running_console(
             task.result()  # its error, if it could not start
             raise OSError(f"the console could not listen on {host}:{port}")
         await asyncio.sleep(0.01)
-    bound = server.servers[0].sockets[0].getsockname()
+    sockets = server.servers[0].sockets if server.servers else ()
+    if not sockets:  # it stopped as soon as it started (a signal)
+        server.should_exit = True
+        raise OSError(f"the console stopped before it listened on {host}:{port}")
+    bound = sockets[0].getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     try:
         yield f"http://{shown}:{bound[1]}", task
