@@ -235,7 +235,9 @@ class AgentActivities:
         for part in (self.store, *self.sinks.values()):
             if isinstance(part, Connectable):
                 await part.connect()
-        # and list the MCP servers' tools (one that is down is logged and tried again later)
+        # and list the MCP servers' tools (one that is down is logged and tried again later):
+        # after an ``aclose`` too (a plugin's worker that runs again), which stopped them
+        self.mcp.reopen()
         await self.mcp.refresh()
 
     async def aclose(self) -> None:
@@ -243,7 +245,7 @@ class AgentActivities:
         and stop the ``[mcp.*]`` servers.
 
         Call it once the worker has stopped: the activities are not meant to run after it
-        (the MCP servers stay closed, their tools unavailable).
+        (the MCP servers stay closed, their tools unavailable, until ``connect`` again).
         """
         parts: tuple[object, ...] = (*self.providers.values(), self.store, *self.sinks.values(), self.mcp)
         for part in parts:

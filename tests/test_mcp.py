@@ -13,23 +13,26 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.worker import Worker
 
+from durable_agent import DurableAgentPlugin
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers.from_config import build_providers
 from durable_agent.activities.providers.model_provider import ModelProvider, TextSink
-from durable_agent.client import resume_run, run_result
+from durable_agent.client import resume_run, run_result, start_run
 from durable_agent.config import AgentConfig
 from durable_agent.core.activity_api import ModelCallInput
-from durable_agent.core.events import ToolEndEvent, ToolsUnavailableEvent
+from durable_agent.core.events import EventRecord, ToolEndEvent, ToolsUnavailableEvent
 from durable_agent.core.export import SessionCheckpointExportV1
 from durable_agent.core.models import ModelResponse
-from durable_agent.core.run_api import ApprovalDecision
+from durable_agent.core.run_api import AgentRunInput, ApprovalDecision
 from tests.helpers import (
     RecordingProvider,
     RecordingSink,
@@ -42,6 +45,7 @@ from tests.helpers import (
     until,
     workspace_with,
 )
+from tests.test_plugin import UserGreeting, greet, plugin_client
 
 BIN = Path(sys.executable).parent
 AGENT_TOOLS = Path(__file__).parent / "mcp_servers" / "agent_tools.py"
@@ -543,3 +547,25 @@ async def test_a_bare_command_is_found_in_the_workers_virtualenv(monkeypatch: py
     finally:
         await server.aclose()
     assert "get_current_time" in names
+
+
+async def test_a_plugin_whose_worker_runs_again_still_has_its_mcp_tools(
+    client: Client, tmp_path: Path
+) -> None:
+    """A worker run ends with the plugin's ``aclose``, which stops the MCP servers; a second
+    worker run on the same plugin starts them again (``connect`` reopens them)."""
+    responses = [tool_call("e1", "mcp__tools__echo", text="hi"), final("echoed")]
+    config = mcp_config(tmp_path, responses, {"tools": stdio()})
+    plugin = DurableAgentPlugin(config)
+    own = await plugin_client(client, plugin)
+    for attempt in range(2):
+        queue = f"plugin-mcp-{uuid.uuid4().hex[:8]}"
+        async with Worker(own, task_queue=queue, workflows=[UserGreeting], activities=[greet]):
+            (tmp_path / str(attempt)).mkdir()
+            run = AgentRunInput(prompt="echo", workspace=str(workspace_with(tmp_path / str(attempt), {})))
+            handle = await start_run(own, run, queue=queue)
+            result = await handle.result()
+            records: list[EventRecord] = await handle.query("events", 0, result_type=list[EventRecord])
+        assert result.status == "completed", (attempt, result.error)
+        [end] = [r.event for r in records if isinstance(r.event, ToolEndEvent)]
+        assert (end.output, end.is_error) == ("echo: hi", False), (attempt, end)

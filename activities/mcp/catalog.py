@@ -255,8 +255,15 @@ class McpCatalog:
             gaps.append(ToolsUnavailable(server=name, tools=tools, reason=reason))
         return gaps
 
+    def reopen(self) -> None:
+        """After ``aclose``: the servers take calls again, and are listed anew (``refresh``)."""
+        for server in self.servers.values():
+            server.reopen()
+        self._tried.clear()
+        self._failed.clear()
+
     async def aclose(self) -> None:
-        """Stop the servers' processes and close their sessions."""
+        """Stop the servers' processes and close their sessions (``reopen`` undoes it)."""
         for task in self._in_flight.values():
             task.cancel()
         await asyncio.gather(*self._in_flight.values(), return_exceptions=True)

@@ -172,9 +172,14 @@ class McpServer:
             return tools
         return None
 
+    def reopen(self) -> None:
+        """Take calls again after ``aclose``: the next one starts the server (a worker that runs
+        again on the same activities, as a plugin's second worker run does)."""
+        self._closed = False
+
     async def aclose(self) -> None:
         """Stop the server's process (stdio) or end its HTTP session; later calls raise
-        ``McpUnavailable``."""
+        ``McpUnavailable`` until ``reopen``."""
         self._closed = True
         async with self._lock:
             session, self._session = self._session, None
