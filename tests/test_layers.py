@@ -158,6 +158,9 @@ DECLARED_THIRD_PARTY = frozenset(
         "markdownify",  # web_fetch: HTML as markdown
         "bs4",  # beautifulsoup4: web_fetch parses the HTML it hands markdownify
         "jsonschema",  # typed results: answers checked against the run's output schema
+        "starlette",  # the console (``durable-agent console``): its web app
+        "sse_starlette",  # the console's event streams
+        "uvicorn",  # the console's server
     }
 )
 # The top-level names ``durable_agent`` must never claim or import: a user's project has its own.

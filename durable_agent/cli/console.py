@@ -91,12 +91,12 @@ class CliSinkFiles:
         """
         from durable_agent.activities.workspace_tree import default_shadow_root
         from durable_agent.activities.workspaces.diff import diff_stat, reading_repo, run_trees, write_diff
-        from durable_agent.cli.diff import DiffError, _newest_export, _object_sink
+        from durable_agent.cli.diff import DiffError, newest_export, object_sink
         from durable_agent.cli.exports import read_export_ref
         from durable_agent.config import load_config
 
         try:
-            ref = _newest_export(self.sink, session_id, run_id)
+            ref = newest_export(self.sink, session_id, run_id)
             trees = run_trees(read_export_ref(ref, self.sink).open().source_run().events)
             before, after, note = span(trees, turn)
             call = trees.boundaries[turn - 1] if turn is not None else None
@@ -112,7 +112,7 @@ class CliSinkFiles:
             }
             if after is None:
                 return DiffView(**view)
-            _, sink = _object_sink(ref, self.sink)
+            _, sink = object_sink(ref, self.sink)
             repo = reading_repo(load_config().workspace_checkpoints.path or default_shadow_root())
 
             async def read() -> tuple[bytes, list[Any]]:
@@ -147,11 +147,11 @@ class CliSinkFiles:
         Raises:
             FilesError: The sink holds no export of the run, or it cannot be read.
         """
-        from durable_agent.cli.diff import DiffError, _newest_export
+        from durable_agent.cli.diff import DiffError, newest_export
         from durable_agent.cli.exports import read_export_ref
 
         try:
-            ref = _newest_export(self.sink, session_id, run_id)
+            ref = newest_export(self.sink, session_id, run_id)
             return list(read_export_ref(ref, self.sink).open().source_run().events)
         except DiffError as exc:
             raise FilesError(str(exc), 404) from None
@@ -205,11 +205,11 @@ class CliSinkFiles:
             FilesError: The run is running, has no export of that turn, or the files cannot be rebuilt.
         """
         from durable_agent.cli.exports import read_export_ref
-        from durable_agent.cli.rewind import RewindError, _locate, restore_workspace
+        from durable_agent.cli.rewind import RewindError, locate, restore_workspace
 
         args = argparse.Namespace(workflow_id=workflow_id, turn=turn, sink=self.sink, workspace=None)
         try:
-            path, workspace = asyncio.run(_locate(args))
+            path, workspace = asyncio.run(locate(args))
             export = read_export_ref(path, self.sink)
             tree = restore_workspace(export, Path(workspace), self.sink)
         except RewindError as exc:

@@ -60,7 +60,7 @@ async def _locate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _newest_export(sink: str | None, session_id: str, run_id: str) -> str:
+def newest_export(sink: str | None, session_id: str, run_id: str) -> str:
     """The reference of the run's newest export in the sink (a file, or ``pg:``)."""
     from durable_agent.cli.exports import session_exports
 
@@ -75,7 +75,7 @@ def _newest_export(sink: str | None, session_id: str, run_id: str) -> str:
     return turns[-1][1]
 
 
-def _object_sink(ref: str, sink_name: str | None) -> tuple[str, Any]:
+def object_sink(ref: str, sink_name: str | None) -> tuple[str, Any]:
     """The sink that holds the trees' objects: the filesystem sink whose folder holds the export
     file ``ref`` (without ``--sink``), else the config's filesystem or PostgreSQL sink."""
     from durable_agent.activities.sinks import OBJECTS_FOLDER, FilesystemExportSink
@@ -188,10 +188,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
         if located != 0:
             return located
     try:
-        ref = args.run if is_export else _newest_export(args.sink, args.session, args.run)
+        ref = args.run if is_export else newest_export(args.sink, args.session, args.run)
         export = read_export_ref(ref, args.sink)
         base, final = _span(args, export)
-        name, sink = _object_sink(ref, args.sink)
+        name, sink = object_sink(ref, args.sink)
         config = load_config()
         repo = reading_repo(config.workspace_checkpoints.path or default_shadow_root())
         try:

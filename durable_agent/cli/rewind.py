@@ -106,7 +106,7 @@ def restore_workspace(export: SessionCheckpointExportV1, folder: Path, sink_name
     return tree
 
 
-async def _locate(args: argparse.Namespace) -> tuple[str, str]:
+async def locate(args: argparse.Namespace) -> tuple[str, str]:
     """The run's export at ``--turn`` in the sink (its file, or ``pg:SESSION/RUN/TURN``), and its
     workspace; refused while it runs."""
     from temporalio.api.common.v1 import Payload
@@ -217,7 +217,7 @@ def cmd_rewind(args: argparse.Namespace) -> int:
 
 async def _locate_code(args: argparse.Namespace) -> int:
     try:
-        args.located = await _locate(args)
+        args.located = await locate(args)
     except (RewindError, ConfigError) as exc:
         err(f"rewind: {exc}")
         return 2
