@@ -181,7 +181,9 @@ async def test_streamed_text_appears_without_a_reload(
 ) -> None:
     words = " ".join(f"word{i}" for i in range(200))
     config = scripted_config(
-        tmp_path, [{**final(words), "delay_ms": 8000}], timeouts={"heartbeat_seconds": 1}
+        tmp_path,
+        [{**final(words), "thinking": "<b>pondering</b> first", "delay_ms": 8000}],
+        timeouts={"heartbeat_seconds": 1},
     )
     async with running_worker(client, AgentActivities(config)) as queue:
         handle = await start(client, queue, ls_workspace(tmp_path), "say many words")
@@ -194,6 +196,13 @@ async def test_streamed_text_appears_without_a_reload(
                 "const l = document.getElementById('live'); return !l.hidden && l.textContent",
             )
             assert live.startswith("word0") and len(live) < len(words)
+            # its thinking beside it, folded and as text, never in the answer
+            thinking = await browser.js(
+                "const t = document.getElementById('live-thinking');"
+                "return [t.hidden, t.open, t.querySelector('pre').textContent]"
+            )
+            assert thinking == [False, False, "<b>pondering</b> first"], thinking
+            assert "pondering" not in live
             assert not await browser.js("return !!document.querySelector('#conversation .ev.assistant')")
             await until(
                 "the answer, whole",

@@ -57,6 +57,7 @@ function render(record) {
       return [li("user", el("span", { className: "label" }, e.kind.replace("_", " ")), el("pre", {}, e.text))];
     case "text_delta":
       document.getElementById("live").hidden = true;
+      document.getElementById("live-thinking").hidden = true;
       return [li("assistant", el("pre", {}, e.text))];
     case "thinking":
       return [li("thinking", el("details", {}, el("summary", {}, "thinking"), el("pre", {}, e.text)))];
@@ -285,9 +286,14 @@ function follow(restart) {
     pending = setTimeout(refresh, 300);
   });
   stream.addEventListener("live", (m) => {
+    // the model's answer while it streams, and its thinking (folded, never shown as the answer)
+    const data = JSON.parse(m.data);
+    const thinking = document.getElementById("live-thinking");
+    thinking.querySelector("pre").textContent = data.thinking || "";
+    thinking.hidden = !data.thinking;
     const live = document.getElementById("live");
-    live.textContent = JSON.parse(m.data).text;
-    live.hidden = false;
+    live.textContent = data.text || "";
+    live.hidden = !data.text;
   });
   stream.addEventListener("closed", () => { stream.close(); seen.stream = null; refresh(); });
 }
