@@ -100,6 +100,7 @@ import asyncio
 import json
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -460,10 +461,16 @@ async def run_scenario(client: Client, name: str, tmp: Path) -> dict[str, str]:
 
 
 async def record(name: str, out: Path) -> None:
+    await record_histories(lambda client, tmp: run_scenario(client, name, tmp), out)
+
+
+async def record_histories(run: Callable[[Client, Path], Awaitable[dict[str, str]]], out: Path) -> None:
+    """Run ``run`` on a dev server of its own, in a scratch folder, and write each history it
+    gives (by suffix: ``""``, ``"-child1"``, …) beside ``out``."""
     env = await start_ephemeral_server()
     try:
         with tempfile.TemporaryDirectory() as tmp_name:
-            histories = await run_scenario(env.client, name, Path(tmp_name))
+            histories = await run(env.client, Path(tmp_name))
         for suffix, history in histories.items():
             path = out.with_name(out.stem + suffix + ".json")
             path.write_text(history)

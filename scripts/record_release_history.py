@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import tempfile
 import uuid
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -34,7 +33,7 @@ from temporalio.client import Client  # noqa: E402
 from durable_agent.client import end_conversation, run_result, send_prompt, start_run  # noqa: E402
 from durable_agent.config import AgentConfig, parse_config  # noqa: E402
 from durable_agent.core.run_api import AWAITING_PROMPT, AgentRunInput  # noqa: E402
-from durable_agent.devserver import start_ephemeral_server  # noqa: E402
+from scripts.record_history import record_histories  # noqa: E402
 from tests.helpers import final, read_call, status_when, until  # noqa: E402
 from tests.versioning import moved, set_current, task_builds, versioned_worker, woken  # noqa: E402
 
@@ -102,16 +101,7 @@ async def run_release(client: Client, tmp: Path) -> dict[str, str]:
 
 
 async def record(out: Path) -> None:
-    env = await start_ephemeral_server()
-    try:
-        with tempfile.TemporaryDirectory() as tmp_name:
-            histories = await run_release(env.client, Path(tmp_name))
-        for suffix, history in histories.items():
-            path = out.with_name(out.stem + suffix + ".json")
-            path.write_text(history)
-            print(f"wrote {path}")
-    finally:
-        await env.shutdown()
+    await record_histories(run_release, out)
 
 
 if __name__ == "__main__":
