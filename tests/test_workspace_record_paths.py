@@ -225,6 +225,8 @@ def test_many_records_within_one_second_see_each_new_file(shadow: Shadow) -> Non
         shadow.write(f"d/e/new-{n}")
         if n % 3 == 0:
             (shadow.ws / f"d/e/new-{n - 1}").unlink(missing_ok=True)
+        if n % 4 == 1:
+            shadow.write(f"d/e/folder-{n}/deeper/file")  # folders new within the second too
         shadow.check()
 
 
