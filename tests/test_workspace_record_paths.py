@@ -415,6 +415,13 @@ def test_a_head_that_does_not_read_takes_the_whole_way_once(shadow: Shadow) -> N
     assert shadow.whole == before + 1
     shadow.write("c.txt")
     shadow.check()
+    # the same, the tree the same after it: the commit is written again, not trusted
+    head = (shadow.repo.git_dir / "HEAD").read_text().strip()
+    (shadow.repo.git_dir / "objects" / head[:2] / head[2:]).write_bytes(b"")
+    before = shadow.whole
+    shadow.record()
+    assert shadow.whole == before + 1
+    shadow.check()
 
 
 def test_a_packed_head_and_a_checkout(shadow: Shadow) -> None:

@@ -177,13 +177,18 @@ def set_head(git_dir: Path, tree: str) -> None:
     """Make the shadow's HEAD a commit of ``tree`` (detached: the shadow has no branches).
 
     Neither file is fsynced, as git's own loose objects are not: after a machine's crash a HEAD
-    that does not read is dropped and the record takes the whole way (``ShadowRepo.record``).
+    that does not read is dropped and the record takes the whole way (``ShadowRepo.record``),
+    then comes here, where a commit file that does not read is written again.
     """
     body = _COMMIT.format(tree=tree).encode("ascii")
     raw = b"commit %d\0" % len(body) + body
     oid = hashlib.sha1(raw).hexdigest()
     path = git_dir / "objects" / oid[:2] / oid[2:]
-    if not path.exists():
+    try:
+        held = zlib.decompress(path.read_bytes()) == raw
+    except (OSError, zlib.error):
+        held = False
+    if not held:  # missing, or left damaged by a crash: written again
         write_synced(path, zlib.compress(raw, 1), 0o444, sync=False)
     write_synced(git_dir / "HEAD", oid.encode("ascii") + b"\n", sync=False)
 
