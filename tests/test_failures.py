@@ -304,6 +304,11 @@ INTERNAL_EXCEPTIONS = {
     "durable_agent.cli.diff.DiffError",  # ``durable-agent diff``'s message and exit code
     "durable_agent.activities.sink_gc.rules.GcError",  # ``durable-agent gc``'s message (exit 2)
     "durable_agent.activities.workspace_tree.WorkspaceTooLarge",  # the call's answer, a tool error
+    "durable_agent.activities.tools.sandbox_seccomp.SeccompUnsupported",  # becomes SandboxUnavailable
+    "durable_agent.console.auth.ConsoleAuthError",  # ``durable-agent console``'s message (exit 2)
+    "durable_agent.console.files.FilesError",  # the console's HTTP answer, with its status
+    # fails the workflow task, not the run: a build that reads the state takes it (docs/deploys.md)
+    "durable_agent.core.run_api.CarriedStateUnreadable",
 }
 
 
