@@ -221,6 +221,7 @@ class RunPlanner:
             workspace_host=host,
             host_wait_seconds=config.workspaces.host_wait_seconds,
             workspace_origin=origin,
+            sealed_signals=bool(config.codec.keys) and not config.codec.accept_plaintext,
         )
 
     async def _base(

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from durable_agent.activities.tools.custom import ToolContext, ToolDefinitionError, tool
     from durable_agent.activities.tools.tool import ToolContent, ToolFailure
     from durable_agent.client import (
+        cancel_run,
         connect,
         end_conversation,
         follow_run,
@@ -68,6 +69,7 @@ _WHERE: dict[str, str] = {
     "send_prompt": "durable_agent.client",
     "steer_run": "durable_agent.client",
     "end_conversation": "durable_agent.client",
+    "cancel_run": "durable_agent.client",
     # the run's contract
     "AgentRunInput": "durable_agent.core.run_api",
     "AgentRunResult": "durable_agent.core.run_api",
@@ -122,6 +124,7 @@ __all__ = [
     "ToolFailure",
     "__version__",
     "build_worker",
+    "cancel_run",
     "connect",
     "end_conversation",
     "follow_run",

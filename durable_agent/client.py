@@ -57,6 +57,7 @@ from durable_agent.core.run_api import (
     QUERY_STATUS,
     SA_RUN_STATUS,
     SA_SESSION_ID,
+    SIGNAL_CANCEL,
     SIGNAL_END,
     UPDATE_PROMPT,
     UPDATE_STEER,
@@ -65,6 +66,7 @@ from durable_agent.core.run_api import (
     AgentRunResult,
     FollowUpPrompt,
     PromptAccepted,
+    RunControl,
     RunStatusView,
     SteerAccepted,
     SteerMessage,
@@ -566,6 +568,31 @@ async def steer_run(handle: WorkflowHandle[Any, Any], text: str) -> SteerAccepte
     return accepted
 
 
+def _control(handle: WorkflowHandle[Any, Any], reason: str | None = None) -> list[Any]:
+    """The ``cancel`` or ``end`` signal's arguments: from a client with ``[codec]`` keys an
+    encrypted ``RunControl``, which a worker with keys requires (a bare signal anyone could send);
+    from one without, as they always were (none, or ``cancel``'s reason), which any worker takes."""
+    # the handle's client: the SDK keeps it on the handle and has no public name for it
+    encrypts = handle._client.data_converter.payload_codec is not None
+    if encrypts:
+        return [RunControl(reason=reason)]
+    return [reason] if reason else []
+
+
+async def cancel_run(handle: WorkflowHandle[Any, Any], reason: str | None = None) -> None:
+    """Ask a run to stop (signal ``cancel``): the call in flight is cancelled, the run ends
+    ``cancelled`` with ``reason``.
+
+    Args:
+        handle: The run's handle.
+        reason: Why, recorded on the run.
+
+    Raises:
+        temporalio.service.RPCError: The workflow has closed, or does not exist.
+    """
+    await handle.signal(SIGNAL_CANCEL, args=_control(handle, reason))
+
+
 async def end_conversation(handle: WorkflowHandle[Any, Any]) -> None:
     """Close a run with follow-ups (signal ``end``): it completes with its last answer.
 
@@ -577,7 +604,7 @@ async def end_conversation(handle: WorkflowHandle[Any, Any]) -> None:
     Raises:
         temporalio.service.RPCError: The workflow has closed, or does not exist.
     """
-    await handle.signal(SIGNAL_END)
+    await handle.signal(SIGNAL_END, args=_control(handle))
 
 
 async def _follow(

@@ -41,7 +41,7 @@ from temporalio.exceptions import ApplicationError
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers import build_providers
 from durable_agent.cli.codec_server import CodecServer, parse_bind
-from durable_agent.client import send_prompt
+from durable_agent.client import cancel_run, end_conversation, run_result, send_prompt
 from durable_agent.codec import (
     DECRYPTED_METADATA,
     ENCODING,
@@ -58,12 +58,14 @@ from durable_agent.codec import (
     new_key,
 )
 from durable_agent.config import CodecConfig, ConfigError
+from durable_agent.core.events import ErrorEvent, EventRecord, TextDeltaEvent
 from durable_agent.core.run_api import (
     PAYLOAD_REFUSED,
     AgentRunResult,
     ApprovalAnswer,
     ApprovalDecision,
     FollowUpPrompt,
+    RunControl,
     SteerMessage,
 )
 from tests.helpers import (
@@ -76,6 +78,7 @@ from tests.helpers import (
     scripted_config,
     start,
     status_when,
+    until,
     workspace_with,
 )
 
@@ -716,11 +719,52 @@ async def test_updates_a_keyed_worker_cannot_trust_are_rejected_and_the_run_goes
             "approve", ApprovalDecision(call_id=pending.call_id, approved=True), result_type=ApprovalAnswer
         )
         await status_when(handle, lambda s: s.status == "awaiting_prompt" and model.calls == 3, "the answer")
-        await handle.signal("end")
+        await end_conversation(handle)  # with the keys: an encrypted RunControl
         result = await asyncio.wait_for(handle.result(), 30)
         assert await failed_tasks(handle) == 0
     assert result.status == "completed" and result.text == "second"
     assert INJECTED not in repr(model.seen)
+
+
+async def test_cancel_and_end_from_a_client_without_the_keys_change_nothing(
+    client: Client, tmp_path: Path, codec_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal can come with no payload, which no codec sees: a keyed worker's run counts
+    ``cancel`` and ``end`` only with an encrypted ``RunControl``, so a client without the keys
+    cannot stop a run (bare, plain or with another key); a client with them can."""
+    monkeypatch.setenv(KEY_VARIABLE, codec_key)
+    codec = {"keys": {"k1": KEY_VARIABLE}, "encrypt_with": "k1"}
+    config = scripted_config(tmp_path, [final("first"), final("second")], codec=codec)
+    clients = clients_for(client, config.codec, {KEY_VARIABLE: codec_key})
+    ws = workspace_with(tmp_path, {"a.txt": "alpha\n"})
+    async with running_worker(clients.good, AgentActivities(config)) as queue:
+        handle = await start(clients.good, queue, ws, "hello", follow_ups=True)
+        await status_when(handle, lambda s: s.status == "awaiting_prompt", "the run to await a prompt")
+        for other in (clients.plain, clients.wrong_key, clients.unknown_key):
+            theirs = other.get_workflow_handle(handle.id)
+            await theirs.signal("end")  # bare: as any client could send it
+            await theirs.signal("cancel", "stop it")  # plain, or under another key
+            await theirs.signal("end", RunControl())
+            await cancel_run(theirs, "stop it")
+        await end_conversation(clients.plain.get_workflow_handle(handle.id))
+        await send_prompt(handle, "go on")  # the run still takes its prompt: nothing stopped it
+
+        async def answered() -> bool:
+            records = await handle.query("events", 0, result_type=list[EventRecord])
+            return any(isinstance(r.event, TextDeltaEvent) and r.event.text == "second" for r in records)
+
+        await until("the second answer", answered, 20)
+        status = await status_when(handle, lambda s: s.status == "awaiting_prompt", "the next wait")
+        assert not status.cancel_requested
+        records: list[EventRecord] = await handle.query("events", 0, result_type=list[EventRecord])
+        dropped = [r.event.message for r in records if isinstance(r.event, ErrorEvent)]
+        # the bare ones are recorded (one a client, and the keyless end_conversation); a plain or
+        # wrongly keyed payload is dropped before the run sees it
+        assert len(dropped) == 3 + 1 and all("without an encrypted payload" in m for m in dropped), dropped
+        await cancel_run(handle, "done here")  # with the keys
+        result = await asyncio.wait_for(run_result(clients.good, handle.id), 30)
+        assert await failed_tasks(handle) == 0
+    assert (result.status, result.error) == ("cancelled", "done here")
 
 
 @pytest.mark.parametrize("accept_plaintext", [False, True])

@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         PromptAccepted,
         RewindAccepted,
         RewindRequest,
+        RunControl,
         RunStatusView,
         SteerAccepted,
         SteerMessage,
@@ -84,6 +85,7 @@ from durable_agent.workflows.final_result import FinalResults
 from durable_agent.workflows.hook_runner import HookRunner
 from durable_agent.workflows.log_keeper import LogKeeper
 from durable_agent.workflows.rewinding import Rewinder, rewind_event
+from durable_agent.workflows.signal_gate import BARE, SignalGate
 from durable_agent.workflows.starting import Starter
 from durable_agent.workflows.tool_step import ToolStep
 from durable_agent.workflows.upgrading import Upgrades, idle_left, moves_while_waiting, target_changed
@@ -97,6 +99,8 @@ class BudgetStop(Exception):
 # execution stays on the build that started it, and moves only by continuing as new
 # (``upgrading.py``). Not declared here: the server (1.32) refuses every workflow task that names
 # a behaviour from an unversioned worker, and a worker without a deployment must run it as before.
+
+
 @workflow.defn(name="AgentRun")
 class AgentRun:
     """Runs one prompt to its end; see the module docstring."""
@@ -129,19 +133,26 @@ class AgentRun:
         self._awaiting_prompt = False
         self._prompt: str | None = None
         self._end_requested = False
+        self._signals = SignalGate()  # ``cancel`` and ``end`` without a payload (``signal_gate.py``)
         self._ended = False
         self._upgrades = Upgrades()  # the ``upgrade`` signal: a waiting run looks for a new build
 
     def _attach(self, state: LoopState) -> None:
-        """From now on the queries and updates read ``state`` (set before the run's log opens)."""
+        """From now on the queries and updates read ``state`` (set before the run's log opens);
+        the bare ``cancel`` and ``end`` that came before it are judged now (``signal_gate.py``)."""
         self._state = state
+        for name in self._signals.early():
+            (self.cancel if name == SIGNAL_CANCEL else self.end)()
 
     # --- handlers -----------------------------------------------------------
 
     @workflow.signal(name=SIGNAL_CANCEL)
-    def cancel(self, reason: str | None = None) -> None:
-        """Ask the run to stop; the tool or model call in flight is cancelled."""
-        self._cancellation.request(reason or "cancelled by signal")
+    def cancel(self, control: RunControl = BARE) -> None:
+        """Ask the run to stop; the tool or model call in flight is cancelled. With ``[codec]``
+        keys, only with an encrypted ``RunControl``: a plain one is dropped before it gets here
+        (``codec.py``), a bare one here (``signal_gate.py``)."""
+        if not self._signals.dropped(SIGNAL_CANCEL, control, self._state):
+            self._cancellation.request(control.reason or "cancelled by signal")
 
     @workflow.update(name=UPDATE_APPROVE)
     def approve(self, decision: ApprovalDecision) -> ApprovalAnswer:
@@ -158,9 +169,11 @@ class AgentRun:
             self._admission.history_room(state.plan.limits, len(decision.reason or ""))
 
     @workflow.signal(name=SIGNAL_END)
-    def end(self) -> None:
-        """Close a conversation that waits for its next prompt (at once) or will (at its answer)."""
-        self._end_requested = True
+    def end(self, control: RunControl = BARE) -> None:
+        """Close a conversation that waits for its next prompt (at once) or will (at its answer);
+        with ``[codec]`` keys, as ``cancel``."""
+        if not self._signals.dropped(SIGNAL_END, control, self._state):
+            self._end_requested = True
 
     @workflow.signal(name=SIGNAL_UPGRADE)
     def upgrade(self) -> None:

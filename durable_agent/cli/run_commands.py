@@ -25,7 +25,7 @@ from durable_agent.cli.common import (
     workspace_arg,
 )
 from durable_agent.cli.render import EventPrinter, print_status
-from durable_agent.client import connect, follow_events, run_result, start_run
+from durable_agent.client import cancel_run, connect, follow_events, run_result, start_run
 from durable_agent.client import task_queue as default_task_queue
 from durable_agent.core.errors import validation_message
 from durable_agent.core.events import EventRecord, SubagentStartEvent
@@ -33,7 +33,6 @@ from durable_agent.core.failures import failure_message
 from durable_agent.core.run_api import (
     QUERY_EVENTS,
     QUERY_STATUS,
-    SIGNAL_CANCEL,
     AgentRunInput,
     RunStatusView,
 )
@@ -167,7 +166,7 @@ async def _status(args: argparse.Namespace) -> int:
 
 async def _cancel(args: argparse.Namespace) -> int:
     handle = (await connect()).get_workflow_handle(args.workflow_id)
-    await handle.signal(SIGNAL_CANCEL, args=[args.reason] if args.reason else [])
+    await cancel_run(handle, args.reason)
     print(f"cancel requested for {args.workflow_id}")
     return 0
 

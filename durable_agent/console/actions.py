@@ -14,12 +14,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 
-from durable_agent.client import end_conversation, resume_run, send_prompt, steer_run
+from durable_agent.client import cancel_run, end_conversation, resume_run, send_prompt, steer_run
 from durable_agent.console.api import body_of, client_of, error, files_of, state_of, status_of
 from durable_agent.core.failures import failure_message
 from durable_agent.core.run_api import (
     AWAITING_PROMPT,
-    SIGNAL_CANCEL,
     UPDATE_APPROVE,
     UPDATE_REWIND,
     ApprovalAnswer,
@@ -100,7 +99,7 @@ async def cancel(request: Request) -> Response:
     if isinstance(body, JSONResponse):
         return body
     handle = client_of(request).get_workflow_handle(request.path_params["workflow_id"])
-    await handle.signal(SIGNAL_CANCEL, args=[body.reason] if body.reason else [])
+    await cancel_run(handle, body.reason)
     return JSONResponse({"sent": "cancel"})
 
 

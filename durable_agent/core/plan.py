@@ -169,6 +169,10 @@ class RunPlan(Frozen):
     # A workspace made from a git source: its repository and commit, and the branch its change
     # goes to at the run's end (``core/run_workspace.py``); None: not from a git source.
     workspace_origin: WorkspaceOrigin | None = None
+    # The worker's ``[codec]`` takes only encrypted input (keys, no ``accept_plaintext``): the
+    # ``cancel`` and ``end`` signals count only with an encrypted ``RunControl``, not bare, as a
+    # client without the keys sends them (False: a plan from before, or a worker without keys).
+    sealed_signals: bool = False
 
     def definitions(self) -> list[ToolDefinition]:
         return [t.definition for t in self.tools]

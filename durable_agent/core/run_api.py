@@ -527,10 +527,27 @@ AgentRunInput.model_rebuild()
 # run itself, which refuses a bad one with a reason instead of failing its workflow task.
 RunInputJson = NewType("RunInputJson", dict[str, Any])
 
+
 # What a client sends a run: with ``[codec]`` keys on the worker, each of these must come
 # encrypted with one of them, or it is refused (``durable_agent.codec``).
+class RunControl(Frozen):
+    """The payload of the ``cancel`` and ``end`` signals: a client with ``[codec]`` keys sends one,
+    encrypted, and a worker with keys takes these signals with no other (``codec.py``), so a
+    client without the keys cannot stop anyone's run. A worker without keys takes the signals
+    as they always came too: no payload, or ``cancel``'s reason as a plain string."""
+
+    reason: str | None = Field(None, max_length=4_096)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_sent_before(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        return {"reason": value} if isinstance(value, str) else value
+
+
 INBOUND_TYPES: frozenset[object] = frozenset(
-    {RunInputJson, ApprovalDecision, FollowUpPrompt, SteerMessage, RewindRequest}
+    {RunInputJson, ApprovalDecision, FollowUpPrompt, SteerMessage, RewindRequest, RunControl}
 )
 
 
