@@ -97,7 +97,7 @@ class FinalResults:
             raise self._fail(state, str(exc)) from None
         others = [c for c in calls if c.name != FINAL_RESULT_TOOL]
         if not errors:
-            state.output_failures = 0
+            state.output_accepted()
             await self._answer(state, first, ACCEPTED_MESSAGE, False, output=True)
             for call in finals[1:]:
                 await self._answer(state, call, SECOND_FINAL_MESSAGE)
@@ -128,14 +128,14 @@ class FinalResults:
 
     def _failed(self, state: LoopState, problem: str) -> int:
         """One more failed answer: how many tries the model has left, or the run fails."""
-        state.output_failures += 1
+        failures = state.output_failed()
         allowed = state.plan.max_output_retries
-        if state.output_failures > allowed:
+        if failures > allowed:
             raise self._fail(
                 state,
                 f"no valid final result after {allowed} retries (max_output_retries={allowed}): {problem}",
             )
-        return allowed - state.output_failures + 1
+        return allowed - failures + 1
 
     @staticmethod
     def _fail(state: LoopState, message: str) -> RunFailed:

@@ -235,6 +235,16 @@ class LoopState:
         self.todos = todos
         self.journal.emit(TodoEvent(todos=todos), now_ms)
 
+    def output_failed(self) -> int:
+        """One more failed answer of a typed run since its last valid one (carried across
+        continue-as-new: ``workflows/final_result.py``); how many there are now."""
+        self.output_failures += 1
+        return self.output_failures
+
+    def output_accepted(self) -> None:
+        """A typed run's valid answer: its count of failed answers starts again."""
+        self.output_failures = 0
+
     def record_output(self, call_id: str, output: dict[str, Any], now_ms: int) -> None:
         """The ``final_result`` call ``call_id`` validated: ``output`` is the run's answer."""
         self.output = output
