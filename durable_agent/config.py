@@ -437,6 +437,14 @@ class WorkerConfig(_Strict):
     # 4 costs in throughput (20 runs on one worker) was within the bench's noise, or up to a
     # fifth in some runs: docs/production.md.
     workflow_task_slots: int = Field(WORKFLOW_TASK_SLOTS, ge=2, le=1_000)  # the SDK's floor: 2
+    # How many activities (tool and model calls, local ones too) the process runs at once:
+    # "fixed", the SDK's 100 each; or "resource", the SDK's resource-based tuner, which starts
+    # another while the machine's memory and CPU stay under ``target_memory`` and ``target_cpu``
+    # (fractions of the whole). Workflow tasks stay ``workflow_task_slots`` either way: more of
+    # them at once is what made takeovers slow, whatever the machine had left (docs/production.md).
+    tuner: Literal["fixed", "resource"] = "fixed"
+    target_memory: float = Field(0.8, gt=0, le=1)
+    target_cpu: float = Field(0.9, gt=0, le=1)
     # The Temporal Worker Deployment this worker's build belongs to. Set: each run is pinned to
     # the build that started it, new runs go to the deployment's current build (``durable-agent
     # deploy promote``). Unset: unversioned, every worker takes every run, and a change to what

@@ -28,7 +28,16 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.runtime import Runtime
 from temporalio.service import ConnectConfig, ServiceClient
-from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
+from temporalio.worker import (
+    FixedSizeSlotSupplier,
+    ResourceBasedSlotConfig,
+    ResourceBasedSlotSupplier,
+    ResourceBasedTunerConfig,
+    Worker,
+    WorkerConfig,
+    WorkerTuner,
+    WorkflowRunner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from durable_agent.activities import AgentActivities
@@ -37,7 +46,10 @@ from durable_agent.activities.tools.tool import Tool
 from durable_agent.activities.workspaces.hosting import hosting, is_host_queue
 from durable_agent.client import agent_interceptors
 from durable_agent.codec import data_converter
+
+# ``[worker]``, named apart from the SDK's ``WorkerConfig`` (a worker's options)
 from durable_agent.config import AgentConfig, load_config
+from durable_agent.config import WorkerConfig as WorkerSettings
 from durable_agent.core.builtin_catalog import BUILTIN_TOOLS
 from durable_agent.deployments import deployment_config
 from durable_agent.telemetry import approvals_waiting_reporter, metrics_runtime
@@ -74,6 +86,38 @@ def _pass_through(runner: WorkflowRunner | None) -> WorkflowRunner:
         restrictions = runner.restrictions.with_passthrough_modules(*PASSED_THROUGH)
         return dataclasses.replace(runner, restrictions=restrictions)
     return runner
+
+
+# Nexus operations a worker runs at once (the SDK's default; the agent runs none).
+NEXUS_SLOTS = 100
+
+
+def slot_options(config: WorkerSettings, workflow_task_slots: int | None = None) -> dict[str, Any]:
+    """The ``Worker`` options that bound what one process takes on at once (``[worker]``).
+
+    Args:
+        config: ``[worker]``.
+        workflow_task_slots: Workflow tasks at once, where not the config's.
+
+    Returns:
+        ``max_concurrent_workflow_tasks`` (``tuner = "fixed"``), or a ``tuner`` whose workflow
+        slots are that many and whose activity slots follow the machine's memory and CPU
+        (``tuner = "resource"``).
+    """
+    slots = workflow_task_slots or config.workflow_task_slots
+    if config.tuner == "fixed":
+        return {"max_concurrent_workflow_tasks": slots}
+    resources = ResourceBasedTunerConfig(
+        target_memory_usage=config.target_memory, target_cpu_usage=config.target_cpu
+    )
+    calls = ResourceBasedSlotSupplier(ResourceBasedSlotConfig(), resources)
+    tuner = WorkerTuner.create_composite(
+        workflow_supplier=FixedSizeSlotSupplier(slots),
+        activity_supplier=calls,
+        local_activity_supplier=calls,
+        nexus_supplier=FixedSizeSlotSupplier(NEXUS_SLOTS),
+    )
+    return {"tuner": tuner}
 
 
 class DurableAgentPlugin(SimplePlugin):
@@ -215,7 +259,7 @@ class DurableAgentPlugin(SimplePlugin):
         if config.get("nonsticky_to_sticky_poll_ratio") == _SDK_NONSTICKY_RATIO:
             config["nonsticky_to_sticky_poll_ratio"] = NONSTICKY_POLL_RATIO
         if config.get("max_concurrent_workflow_tasks") is None and config.get("tuner") is None:
-            config["max_concurrent_workflow_tasks"] = self.config.worker.workflow_task_slots
+            config.update(slot_options(self.config.worker))  # type: ignore[typeddict-item]
         # the host's own versioning, or the SDK's older build ids (which the SDK refuses beside a
         # deployment config), is left as it is
         if not any(config.get(key) for key in ("deployment_config", "use_worker_versioning", "build_id")):

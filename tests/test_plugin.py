@@ -10,14 +10,20 @@ from pathlib import Path
 import pytest
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Replayer, Worker, WorkerTuner
+from temporalio.worker import FixedSizeSlotSupplier, Replayer, ResourceBasedSlotSupplier, Worker, WorkerTuner
 
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.workspaces.hosting import hosting
 from durable_agent.client import start_run
 from durable_agent.config import WORKFLOW_TASK_SLOTS, AgentConfig, ConfigError, load_config
 from durable_agent.core.run_api import AgentRunInput
-from durable_agent.plugin import HEARTBEAT_THROTTLE, NONSTICKY_POLL_RATIO, STICKY_TIMEOUT, DurableAgentPlugin
+from durable_agent.plugin import (
+    HEARTBEAT_THROTTLE,
+    NONSTICKY_POLL_RATIO,
+    STICKY_TIMEOUT,
+    DurableAgentPlugin,
+    slot_options,
+)
 from durable_agent.worker import build_worker
 from tests.helpers import final, read_call, scripted_config, workspace_with
 
@@ -99,6 +105,34 @@ async def test_workflow_task_slots_come_from_the_config_where_the_host_set_none(
         assert slots(build_worker(client, acts, f"{q}-e", workflow_task_slots=5)) == 5
     finally:
         await acts.aclose()
+
+
+async def test_a_resource_based_tuner_runs_the_calls_and_keeps_the_workflow_slots(
+    client: Client, tmp_path: Path
+) -> None:
+    """``[worker] tuner = "resource"``: activities follow the machine's memory and CPU, workflow
+    tasks stay ``workflow_task_slots``; build_worker's worker and the plugin's run a run with it."""
+    ws = workspace_with(tmp_path, {"evidence.txt": "tuned\n"})
+    config = scripted_config(
+        tmp_path,
+        [read_call("r1", "evidence.txt"), final("read it")],
+        worker={"tuner": "resource", "target_memory": 0.9, "target_cpu": 0.95, "workflow_task_slots": 3},
+    )
+    options = slot_options(config.worker)
+    assert set(options) == {"tuner"}
+    tuner = options["tuner"]
+    workflows, calls = tuner.workflow_slot_supplier, tuner.activity_slot_supplier
+    assert isinstance(workflows, FixedSizeSlotSupplier) and workflows.num_slots == 3
+    assert isinstance(calls, ResourceBasedSlotSupplier) and calls.tuner_config.target_memory_usage == 0.9
+    own = await plugin_client(client, DurableAgentPlugin(config))
+    queue = f"tuned-{uuid.uuid4().hex[:8]}"
+    async with Worker(own, task_queue=queue, workflows=[UserGreeting], activities=[greet]) as worker:
+        assert worker.config(active_config=True).get("tuner") is not None
+        run = AgentRunInput(prompt="read the evidence", workspace=str(ws))
+        result = await (await start_run(own, run, queue=queue)).result()
+    assert (result.status, result.text) == ("completed", "read it")
+    with pytest.raises(ConfigError, match="target_cpu"):
+        scripted_config(tmp_path, [final()], worker={"tuner": "resource", "target_cpu": 1.5})
 
 
 def test_workflow_task_slots_below_the_sdks_floor_are_refused(tmp_path: Path) -> None:
