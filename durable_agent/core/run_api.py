@@ -536,7 +536,8 @@ class RunControl(Frozen):
     client without the keys cannot stop anyone's run. A worker without keys takes the signals
     as they always came too: no payload, or ``cancel``'s reason as a plain string."""
 
-    reason: str | None = Field(None, max_length=4_096)
+    # not bounded here: a reason too long would drop the signal; the run cuts it (``Cancellation``)
+    reason: str | None = None
 
     @model_validator(mode="before")
     @classmethod
