@@ -32,7 +32,7 @@ from durable_agent.client import connect, ensure_search_attributes, exit_process
 from durable_agent.config import AgentConfig, ConfigError, load_config
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.deployments import deployment_config, worker_deployment
-from durable_agent.plugin import HEARTBEAT_THROTTLE, NONSTICKY_POLL_RATIO, STICKY_TIMEOUT
+from durable_agent.plugin import HEARTBEAT_THROTTLE, NONSTICKY_POLL_RATIO, STICKY_TIMEOUT, slot_options
 from durable_agent.telemetry import approvals_waiting_reporter, metrics_runtime, shutdown_tracing
 from durable_agent.workflows import AgentRun
 
@@ -83,7 +83,7 @@ def build_worker(
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         # the shared queue's share of the polls: runs taken over from a worker that died (plugin.py)
         nonsticky_to_sticky_poll_ratio=NONSTICKY_POLL_RATIO,
-        max_concurrent_workflow_tasks=workflow_task_slots or activities.config.worker.workflow_task_slots,
+        **slot_options(activities.config.worker, workflow_task_slots),
         # The sandbox runs code of its own for every payload of every workflow task (temporalio
         # 1.35), which doubles a task's CPU and a replay's time: a worker that takes over runs
         # replays them within the 3 s task timeout. Determinism is kept by the import rules of
