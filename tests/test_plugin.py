@@ -131,6 +131,14 @@ async def test_a_resource_based_tuner_runs_the_calls_and_keeps_the_workflow_slot
         run = AgentRunInput(prompt="read the evidence", workspace=str(ws))
         result = await (await start_run(own, run, queue=queue)).result()
     assert (result.status, result.text) == ("completed", "read it")
+    acts = AgentActivities(config)
+    try:  # and build_worker's worker
+        built = build_worker(client, acts, f"{queue}-built")
+        assert built.config(active_config=True).get("tuner") is not None
+        assert built.config(active_config=True).get("max_concurrent_workflow_tasks") is None
+        built._bridge_worker.initiate_shutdown()  # never run: it stops without polling
+    finally:
+        await acts.aclose()
     with pytest.raises(ConfigError, match="target_cpu"):
         scripted_config(tmp_path, [final()], worker={"tuner": "resource", "target_cpu": 1.5})
 
