@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Literal
 
@@ -122,9 +123,11 @@ async def promote(client: Client, name: str, build_id: str, *, force: bool = Fal
 async def _set_current(
     client: Client, state: DeploymentState, build_id: str, *, force: bool
 ) -> RoutingChange:
-    started = asyncio.get_running_loop().time()
-    try:
-        await client.workflow_service.set_worker_deployment_current_version(
+    seconds, propagated = await _routed(
+        client,
+        state,
+        build_id,
+        client.workflow_service.set_worker_deployment_current_version(
             SetWorkerDeploymentCurrentVersionRequest(
                 namespace=client.namespace,
                 deployment_name=state.name,
@@ -136,16 +139,10 @@ async def _set_current(
                 ignore_missing_task_queues=True,
                 allow_no_pollers=force,
             )
-        )
-    except RPCError as exc:
-        raise refused(exc, state.name, build_id) from None
-    propagated = await _propagated(client, state.name)
+        ),
+    )
     return RoutingChange(
-        what="current",
-        build_id=build_id,
-        previous=state.current,
-        seconds=asyncio.get_running_loop().time() - started,
-        propagated=propagated,
+        what="current", build_id=build_id, previous=state.current, seconds=seconds, propagated=propagated
     )
 
 
@@ -181,9 +178,11 @@ async def ramp(
 async def _set_ramp(
     client: Client, state: DeploymentState, build_id: str, percentage: float, *, force: bool
 ) -> RoutingChange:
-    started = asyncio.get_running_loop().time()
-    try:
-        await client.workflow_service.set_worker_deployment_ramping_version(
+    seconds, propagated = await _routed(
+        client,
+        state,
+        build_id,
+        client.workflow_service.set_worker_deployment_ramping_version(
             SetWorkerDeploymentRampingVersionRequest(
                 namespace=client.namespace,
                 deployment_name=state.name,
@@ -194,17 +193,36 @@ async def _set_ramp(
                 ignore_missing_task_queues=True,
                 allow_no_pollers=force,
             )
-        )
-    except RPCError as exc:
-        raise refused(exc, state.name, build_id or None) from None
-    propagated = await _propagated(client, state.name)
+        ),
+    )
     return RoutingChange(
         what="ramp" if build_id else "ramp_ended",
         build_id=build_id or state.ramping or "",
         previous=state.ramping,
-        seconds=asyncio.get_running_loop().time() - started,
+        seconds=seconds,
         propagated=propagated,
     )
+
+
+async def _routed(
+    client: Client, state: DeploymentState, build_id: str, sent: Awaitable[object]
+) -> tuple[float, bool]:
+    """Send one change of the deployment's routing (``sent``, not awaited yet), then wait until the
+    task queues know of it (``_propagated``).
+
+    Returns:
+        The seconds it took, and whether the queues knew of it within ``PROPAGATION_WAIT``.
+
+    Raises:
+        DeployRefused: The server refused the change (``refused``).
+    """
+    started = asyncio.get_running_loop().time()
+    try:
+        await sent
+    except RPCError as exc:
+        raise refused(exc, state.name, build_id or None) from None
+    propagated = await _propagated(client, state.name)
+    return asyncio.get_running_loop().time() - started, propagated
 
 
 async def rollback(client: Client, name: str, *, force: bool = False) -> RoutingChange:
