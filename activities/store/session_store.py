@@ -246,8 +246,13 @@ def name_under(folder: Path, key: str, suffix: str = "") -> str:
 def caseless(folder: Path) -> bool:
     """Whether the file system of ``folder`` (or of its nearest folder that exists) takes
     ``A`` and ``a`` for one name, found out once a folder by making a file there and asking
-    for it in upper case."""
-    existing = folder.absolute()
+    for it in upper case (kept by the folder's name: a store names files on every write)."""
+    return _caseless_at(str(folder.absolute()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _caseless_at(folder: str) -> bool:
+    existing = Path(folder)
     while not existing.is_dir() and existing != existing.parent:
         existing = existing.parent
     return _caseless(str(existing))
