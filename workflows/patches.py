@@ -88,6 +88,8 @@ PATCH_SHELL_UNSEEN = "shell-judge-unseen"
 HOOKS_PATCH = "run-hooks"
 PARALLEL_CALLS_PATCH = "parallel-tool-calls"
 LOCAL_BOOKENDS_PATCH = "local-start-and-finish"
+PATCH_SHELL_PROGRAMS = "shell-judge-programs"
+PATCH_HISTORY_STAMPS = "stamps-fixed-by-history"
 
 # Each entry: its id, the commit that brought it and its date, its release; the rest by name.
 LEDGER: tuple[Patch, ...] = (
@@ -322,5 +324,21 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_v1.json agent_run_v2.json agent_run_v4.json agent_run_v5.json",
             "agent_run_v9.json",
         ),
+    ),
+    Patch(
+        PATCH_SHELL_PROGRAMS,
+        "issue 38 (2026-12-07)",
+        "0.2",
+        changes="(the shell judge's helper fills this in)",
+        asked="first in every execution (starting.ask_patches_first)",
+        histories=(),
+    ),
+    Patch(
+        PATCH_HISTORY_STAMPS,
+        "issue 38 (2026-12-07)",
+        "0.2",
+        changes="(filled in with the stamping change)",
+        asked="first in every execution (starting.ask_patches_first)",
+        histories=(),
     ),
 )

@@ -58,7 +58,9 @@ from durable_agent.workflows.patches import (
     ONE_CHECKPOINT_PATCH,
     PARALLEL_CALLS_PATCH,
     PATCH_CANCELED_STATE,
+    PATCH_HISTORY_STAMPS,
     PATCH_LINEAR_HISTORY,
+    PATCH_SHELL_PROGRAMS,
     PATCH_SHELL_UNSEEN,
     SAME_BYTES_PATCH,
 )
@@ -95,6 +97,8 @@ def ask_patches_first(*, new_run: bool) -> bool:
     workflow.patched(SAME_BYTES_PATCH)
     workflow.patched(CHECKPOINT_COMPLETES_PATCH)
     workflow.patched(PATCH_CANCELED_STATE)
+    workflow.patched(PATCH_SHELL_PROGRAMS)
+    workflow.patched(PATCH_HISTORY_STAMPS)
     return True
 
 
