@@ -115,7 +115,10 @@ class AgentRun:
         self._display = RunDisplay(self._cancellation)
         self._log = LogKeeper(self._calls, self._display)
         self._context = ContextKeeper(self._calls, self._display, self._log)
-        self._starter = Starter(self._calls, self._display, self._log, self._cancellation, self._attach)
+        self._signals = SignalGate()  # ``cancel`` and ``end`` without a payload (``signal_gate.py``)
+        self._starter = Starter(
+            self._calls, self._display, self._log, self._cancellation, self._attach, self._signals.record
+        )
         self._approvals = ApprovalBook()
         self._ending = Ending(self._calls, self._cancellation)
         self._final = FinalResults(self._log)  # a run with an output schema: its typed answer
@@ -133,7 +136,6 @@ class AgentRun:
         self._awaiting_prompt = False
         self._prompt: str | None = None
         self._end_requested = False
-        self._signals = SignalGate()  # ``cancel`` and ``end`` without a payload (``signal_gate.py``)
         self._ended = False
         self._upgrades = Upgrades()  # the ``upgrade`` signal: a waiting run looks for a new build
 
@@ -144,6 +146,11 @@ class AgentRun:
         for name in self._signals.early():
             (self.cancel if name == SIGNAL_CANCEL else self.end)()
 
+    def _records_at_once(self) -> bool:
+        """Whether a handler records what it drops now: in a run that waits for its next prompt, or
+        one recorded before ``stamps-fixed-by-history``; else at the next request (``signal_gate.py``)."""
+        return self._awaiting_prompt or self._ended or not self.clock.fixed
+
     # --- handlers -----------------------------------------------------------
 
     @workflow.signal(name=SIGNAL_CANCEL)
@@ -151,7 +158,7 @@ class AgentRun:
         """Ask the run to stop; the tool or model call in flight is cancelled. With ``[codec]``
         keys, only with an encrypted ``RunControl``: a plain one is dropped before it gets here
         (``codec.py``), a bare one here (``signal_gate.py``)."""
-        if not self._signals.dropped(SIGNAL_CANCEL, control, self._state):
+        if not self._signals.dropped(SIGNAL_CANCEL, control, self._state, at_once=self._records_at_once()):
             self._cancellation.request(control.reason or "cancelled by signal")
 
     @workflow.update(name=UPDATE_APPROVE)
@@ -172,7 +179,7 @@ class AgentRun:
     def end(self, control: RunControl = BARE) -> None:
         """Close a conversation that waits for its next prompt (at once) or will (at its answer);
         with ``[codec]`` keys, as ``cancel``."""
-        if not self._signals.dropped(SIGNAL_END, control, self._state):
+        if not self._signals.dropped(SIGNAL_END, control, self._state, at_once=self._records_at_once()):
             self._end_requested = True
 
     @workflow.signal(name=SIGNAL_UPGRADE)
@@ -314,6 +321,7 @@ class AgentRun:
         if final == "completed":
             await self._ending.push(state, self._step.ask)
         self._ended, self._awaiting_prompt = True, False
+        self._signals.record(state)
         if undelivered := state.queued_count():
             # accepted, then the run ended before the model's next request: the record says so
             state.journal.emit(
@@ -373,6 +381,7 @@ class AgentRun:
     async def _next_request(self, state: LoopState) -> bool:
         """Before a model request: stop for a budget, wait for the next prompt after an answer,
         and add the user messages that wait. ``False``: the conversation is closed."""
+        self._signals.record(state)  # the signals dropped while it worked (``signal_gate.py``)
         budget = state.exhausted_budget()
         if budget is not None:
             # at a tool boundary whose export was acknowledged (or after an answer): never again
@@ -390,6 +399,7 @@ class AgentRun:
         while True:
             # the user messages waiting join the conversation, except those a hook refused
             refused = [] if state.plan.hooks.empty else await self._hooks.screen_queued(state)
+            self._signals.record(state)
             state.take_queued(now_ms(), refused)
             self._admission.taken()
             if not refused or not state.ends_with_answer():

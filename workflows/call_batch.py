@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.plan import RunPlan
     from durable_agent.core.tool_specs import ToolCallError, find_offer, permission_targets
 
-from durable_agent.workflows.calls import Cancellation, now_ms
+from durable_agent.workflows.calls import Cancellation, now_ms, pin_clock
 from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.log_keeper import LogKeeper
 from durable_agent.workflows.patches import PARALLEL_CALLS_PATCH
@@ -156,8 +156,10 @@ class CallBatches:
         A ``task`` call's child's change is merged here, so the children of one answer are merged
         in the answer's order (``child_merge.py``)."""
         output = await self._step.merge_child(state, output)
-        # the tool activity's own time, from the history, when it ran (see ToolOutput)
+        # the tool activity's own time, from the history, when it ran (see ToolOutput): what this
+        # task stamps from here on is at that time too (``StepClock``)
         at_ms = output.completed_at_ms
+        pin_clock(at_ms)
         state.add_tool_result(
             call,
             output.content,

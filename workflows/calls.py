@@ -44,32 +44,89 @@ class RunFailed(Exception):
     """A run error: the run ends ``failed`` with this message, recorded on the run."""
 
 
+def _clock() -> StepClock | None:
+    clock = getattr(workflow.instance(), "clock", None)
+    return clock if isinstance(clock, StepClock) else None
+
+
 def now_ms() -> int:
     """The time (epoch ms) to stamp what the run records now: the workflow's clock, or the time
     the run's ``StepClock`` holds for the current workflow task."""
-    clock = getattr(workflow.instance(), "clock", None)
-    if isinstance(clock, StepClock):
+    clock = _clock()
+    if clock is not None:
         return clock.now_ms()
     return int(workflow.now().timestamp() * 1000)
 
 
-class StepClock:
-    """The run's clock for what it records: the workflow task's time, except in a task that took
-    a model answer, where it is the time the model activity returned (from its recorded result).
+def stamps_fixed() -> bool:
+    """Whether everything this workflow task stamped is fixed by the history, so that a local
+    activity may export it (a run recorded before ``stamps-fixed-by-history``: always)."""
+    clock = _clock()
+    return clock is None or not clock.fixed or clock.pinned()
 
-    Such a task may export boundaries (local tool calls and the local checkpoint run within
+
+def fix_stamps(fixed: bool) -> None:
+    """Set whether this execution stamps by ``stamps-fixed-by-history`` (``StepClock``), asked in
+    its first workflow task; if so, that task holds the execution's start (its first event)."""
+    clock = _clock()
+    if clock is None:
+        return
+    clock.fixed = fixed
+    if fixed:
+        clock.pin(int(workflow.info().workflow_start_time.timestamp() * 1000))
+
+
+def pin_clock(at_ms: int | None) -> None:
+    """Hold ``at_ms`` (a time the history fixes) for the rest of this workflow task, in a run that
+    stamps by ``stamps-fixed-by-history`` (see ``StepClock``)."""
+    clock = _clock()
+    if clock is not None and clock.fixed and at_ms is not None:
+        clock.pin(at_ms)
+
+
+def _stamped(result: OutT) -> OutT:
+    """``result``, its completion time held for the rest of the task (``StepClock``)."""
+    at_ms = getattr(result, "completed_at_ms", None)
+    pin_clock(at_ms if isinstance(at_ms, int) else None)
+    return result
+
+
+class StepClock:
+    """The run's clock for what it records: the workflow task's time, or a time the history
+    fixes, held for the rest of the task.
+
+    A workflow task may export boundaries (local tool calls and the local checkpoint run within
     it). A worker that dies after an export, before the task completed, leaves the task to run
-    again later, at another workflow time; stamped with the answer's time, it builds the same
-    bytes again, so the boundary is not exported twice with different content. The pin holds
-    while the workflow's time is that of the task it was set in: the next task unpins it.
+    again later, at another workflow time: whatever the task stamped must come out the same then,
+    so the boundary is not exported twice with different content.
+
+    Before ``stamps-fixed-by-history`` (``fixed`` false) only a task that took a model answer held
+    a time, the answer's. Since, in every execution (``fixed``):
+
+    - a task that took an activity result with a completion time (a model answer, a tool's
+      output, a hook's outcome: ``completed_at_ms``) holds that time (``CallRunner.run``);
+    - an execution's first task holds the execution's start (the history's first event);
+    - a local activity that outlasts its workflow task (the SDK completes the task and goes on in
+      a new one after 80 % of its timeout) keeps the time held when it started;
+    - a local tool call runs as one only where the task holds a time (``stamps_fixed``), and what
+      a signal's handler records waits for the run's next request (``signal_gate.py``).
+
+    The pin holds while the workflow's time is that of the task it was set in: the next task
+    unpins it.
     """
 
     def __init__(self) -> None:
         self._pinned: tuple[int, float] | None = None  # (the time held, the task's workflow time)
+        # the execution stamps by ``stamps-fixed-by-history`` (``starting.ask_patches_first``)
+        self.fixed = False
 
     def pin(self, at_ms: int | None) -> None:
         """Hold ``at_ms`` for the rest of the current workflow task (None: nothing to hold)."""
         self._pinned = None if at_ms is None else (at_ms, workflow.now().timestamp())
+
+    def pinned(self) -> bool:
+        """Whether a time is held in the current workflow task."""
+        return self._pinned is not None and self._pinned[1] == workflow.now().timestamp()
 
     def now_ms(self) -> int:
         task_time = workflow.now().timestamp()
@@ -79,6 +136,16 @@ class StepClock:
                 return at_ms
             self._pinned = None
         return int(task_time * 1000)
+
+    def held(self) -> tuple[int, float]:
+        """The time stamped now, and the task's: what ``keep`` holds on in a later task."""
+        return self.now_ms(), workflow.now().timestamp()
+
+    def keep(self, held: tuple[int, float]) -> None:
+        """Hold ``held``'s time on, when the workflow task changed since (a local activity outlasted
+        its task): the task it was taken in was completed early, and its time is in the history."""
+        if self.fixed and held[1] != workflow.now().timestamp():
+            self._pinned = (held[0], workflow.now().timestamp())
 
 
 def failure_detail(exc: ActivityError) -> str | None:
@@ -189,12 +256,45 @@ class CallRunner:
         before the run stops; and the run's end, which must reach the store
         even for a cancelled run).
         """
+        clock = _clock()
+        # a local activity that outlasts its workflow task goes on with the time held before it
+        held = clock.held() if local and clock is not None and clock.fixed else None
+        try:
+            return await self._run(
+                decl,
+                arg,
+                summary=summary,
+                timeouts=timeouts,
+                cancellable=cancellable,
+                local=local,
+                task_queue=task_queue,
+                schedule_to_start_seconds=schedule_to_start_seconds,
+                max_attempts=max_attempts,
+            )
+        finally:
+            if clock is not None and held is not None:
+                clock.keep(held)
+
+    async def _run(
+        self,
+        decl: ActivityDecl[InT, OutT],
+        arg: InT,
+        *,
+        summary: str,
+        timeouts: Timeouts,
+        cancellable: bool,
+        local: bool,
+        task_queue: str | None,
+        schedule_to_start_seconds: float | None,
+        max_attempts: int | None,
+    ) -> OutT:
+        """``run``, but for the time held across a local activity."""
         kind = workflow.ActivityCancellationType
         if not cancellable:
             # never cancelled (shielded): the SDK's default cancellation type, as recorded before
             plain = self._start(decl, arg, summary, timeouts, local, kind.TRY_CANCEL)
             try:
-                return await self._uncancelled(plain)
+                return _stamped(await self._uncancelled(plain))
             except ActivityError:
                 raise
             except FailureError as exc:  # a local activity's, bare
@@ -229,6 +329,7 @@ class CallRunner:
             if cancellation.requested:
                 raise RunCancelled() from None
             raise as_activity_error(decl.name, exc) from exc
+        _stamped(result)  # before the check: a cancel in this task records its end at that time
         cancellation.check()
         return result
 

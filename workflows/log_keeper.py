@@ -42,6 +42,7 @@ from durable_agent.workflows.calls import (
     failure_detail,
     missing_state,
     now_ms,
+    stamps_fixed,
 )
 from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.patches import CHECKPOINT_COMPLETES_PATCH, ONE_CHECKPOINT_PATCH, SAME_BYTES_PATCH
@@ -286,7 +287,8 @@ class LogKeeper:
                     timeouts=state.plan.timeouts,
                     # the run's end reaches the store even when a cancel ended the run
                     cancellable=False,
-                    local=self.local_bookends,
+                    # local only where its record's time is fixed by the history (``StepClock``)
+                    local=self.local_bookends and stamps_fixed(),
                 ),
             )
         except (ActivityError, RunFailed, RunCancelled) as exc:

@@ -5,6 +5,12 @@ namespace could end anyone's run that way. A run whose plan says its worker's ``
 only encrypted input (``RunPlan.sealed_signals``) counts these two signals only with an encrypted
 ``RunControl`` (a plain one is dropped before its handler: ``codec.py``); a bare one is dropped
 and recorded. One that comes before the run has its plan waits for the plan to say.
+
+A working run records a dropped signal at its next model request (``record``), not in the
+handler: a handler runs first in its workflow task, before the task's time is known
+(``StepClock``), and a signal that came while a lost task waited to run again is delivered in
+its re-run, whose exports must be those of the lost one. A run that waits for its next prompt
+exports nothing before its next request and records it at once.
 """
 
 from __future__ import annotations
@@ -27,14 +33,16 @@ class SignalGate:
 
     def __init__(self) -> None:
         self._before_plan: list[str] = []  # bare ones that came before the run's plan
+        self._held: list[str] = []  # what the dropped ones' records say, until ``record``
 
-    def dropped(self, name: str, control: RunControl, state: LoopState | None) -> bool:
+    def dropped(self, name: str, control: RunControl, state: LoopState | None, *, at_once: bool) -> bool:
         """Whether the signal ``name`` with ``control`` does not count.
 
         Args:
             name: ``cancel`` or ``end``.
             control: Its payload (``BARE``: none).
             state: The run's state (None: no plan yet; the signal is kept for ``early``).
+            at_once: Record a dropped one now, not at the run's next request (``record``).
 
         Returns:
             True when it is dropped (or kept for later), False when it counts now.
@@ -51,8 +59,21 @@ class SignalGate:
             "takes only signals sent with its keys"
         )
         workflow.logger.warning(message)
-        state.journal.emit(ErrorEvent(message=message), now_ms())
+        if at_once:
+            state.journal.emit(ErrorEvent(message=message), now_ms())
+        else:
+            self._held.append(message)
         return True
+
+    def record(self, state: LoopState) -> None:
+        """Record the dropped signals held since the last time, stamped now.
+
+        Args:
+            state: The run's state.
+        """
+        held, self._held = self._held, []
+        for message in held:
+            state.journal.emit(ErrorEvent(message=message), now_ms())
 
     def early(self) -> list[str]:
         """The bare signals that came before the plan, in order, to judge again now that it is in."""

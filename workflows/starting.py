@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
 
 from durable_agent.workflows import legacy_start
 from durable_agent.workflows.admission import json_size
-from durable_agent.workflows.calls import CallRunner, Cancellation, RunFailed, now_ms
+from durable_agent.workflows.calls import CallRunner, Cancellation, RunFailed, fix_stamps, now_ms
 from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.log_keeper import LogKeeper
 from durable_agent.workflows.patches import (
@@ -98,7 +98,7 @@ def ask_patches_first(*, new_run: bool) -> bool:
     workflow.patched(CHECKPOINT_COMPLETES_PATCH)
     workflow.patched(PATCH_CANCELED_STATE)
     workflow.patched(PATCH_SHELL_PROGRAMS)
-    workflow.patched(PATCH_HISTORY_STAMPS)
+    fix_stamps(workflow.patched(PATCH_HISTORY_STAMPS))
     return True
 
 
@@ -112,10 +112,12 @@ class Starter:
         log: LogKeeper,
         cancellation: Cancellation,
         attach: Callable[[LoopState], None],
+        settle: Callable[[LoopState], None],
     ) -> None:
         self._calls = calls
         self._display = display
         self._attach = attach  # hands the run's state to ``AgentRun``, whose queries read it
+        self._settle = settle  # records what handlers held (``signal_gate.py``) before it is carried
         self._log = log
         self._cancellation = cancellation
         self._input: AgentRunInput | None = None
@@ -358,6 +360,7 @@ class Starter:
             self._go_on(state, idle_since_ms)
 
     def _go_on(self, state: LoopState, idle_since_ms: int | None = None) -> NoReturn:
+        self._settle(state)
         carried = state.carry(self.executions + 1).stamped()
         if idle_since_ms is not None:
             carried = carried.model_copy(update={"idle_since_ms": idle_since_ms})

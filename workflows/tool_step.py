@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.subagents import TASK
     from durable_agent.core.tool_specs import ToolCallError, ToolOffer, find_offer, permission_targets
 
-from durable_agent.workflows.calls import CallRunner, Cancellation, missing_state, now_ms
+from durable_agent.workflows.calls import CallRunner, Cancellation, missing_state, now_ms, stamps_fixed
 from durable_agent.workflows.child_merge import merged
 from durable_agent.workflows.child_runs import SubagentRunner
 from durable_agent.workflows.display import RunDisplay
@@ -210,8 +210,11 @@ class ToolStep:
             name=call.name,
             arguments=call.input,
             sink=plan.export_sink,  # where the workspace's tree goes (activities/workspace_tree.py)
-            # a quick tool's call runs as a local activity (see ``ToolCallInput.recorded_after``)
-            recorded_after=state.journal.stored if find_offer(plan.tools, call.name).local else None,
+            # a quick tool's call runs as a local activity (see ``ToolCallInput.recorded_after``),
+            # where what this task stamped is fixed by the history: its boundary exports it
+            recorded_after=(
+                state.journal.stored if find_offer(plan.tools, call.name).local and stamps_fixed() else None
+            ),
             # a run whose workspace follows it: the tree the call's worker restores its copy to first
             expect_tree=state.workspace.tree if state.workspace.follows else None,
             host=state.workspace.host if state.workspace.follows else None,
