@@ -16,30 +16,25 @@ activity), ``log_keeper.py`` (the run's log and its boundaries), ``display.py``
 (details and search attributes), ``approval_book.py`` (the calls waiting for a
 decision), ``calls.py`` (activities and the cancel), ``ending.py`` (how a run
 closes, a cancelled one in the Canceled state), ``upgrading.py`` (a pinned run moving to its
-deployment's new build at a safe point).
+deployment's new build at a safe point), ``conversation.py`` (the wait for a conversation's next
+prompt), ``context_keeper.py`` (the model request, once the conversation fits its window).
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError
 
 from durable_agent.workflows.admission import Admission
 from durable_agent.workflows.approval_book import ApprovalBook
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.core.activity_api import MODEL_CALL, ModelStepInput
     from durable_agent.core.events import ErrorEvent, EventRecord, ToolsUnavailableEvent
-    from durable_agent.core.failures import failure_message
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import ModelResponse, ToolUseBlock
+    from durable_agent.core.models import ToolUseBlock
     from durable_agent.core.run_api import (
-        AWAITING_PROMPT,
-        EXECUTING,
         QUERY_EVENTS,
         QUERY_RESULT,
         QUERY_STATUS,
@@ -74,11 +69,9 @@ from durable_agent.workflows.calls import (
     now_ms,
 )
 from durable_agent.workflows.context_keeper import (
-    MAX_OVERFLOW_RETRIES,
     ContextKeeper,
-    is_overflow,
-    model_pending,
 )
+from durable_agent.workflows.conversation import Conversation
 from durable_agent.workflows.display import RunDisplay
 from durable_agent.workflows.ending import Ending
 from durable_agent.workflows.final_result import FinalResults
@@ -88,7 +81,7 @@ from durable_agent.workflows.rewinding import Rewinder, rewind_event
 from durable_agent.workflows.signal_gate import BARE, SignalGate
 from durable_agent.workflows.starting import Starter
 from durable_agent.workflows.tool_step import ToolStep
-from durable_agent.workflows.upgrading import Upgrades, idle_left, moves_while_waiting, target_changed
+from durable_agent.workflows.upgrading import Upgrades
 
 
 class BudgetStop(Exception):
@@ -130,13 +123,11 @@ class AgentRun:
         self._admission = Admission()  # what updates may bring (``admission.py``)
         # the ``rewind`` update: back to an exported turn, files and conversation (``rewinding.py``)
         self._rewinder = Rewinder(self._calls, self._admission)
-        # conversations: whether the run goes on after an answer, waits for a prompt now, the
-        # prompt given, whether ``end`` came, and whether the run has ended
-        self._follow_ups = False
-        self._awaiting_prompt = False
-        self._prompt: str | None = None
-        self._end_requested = False
-        self._ended = False
+        # conversations: the wait for the next prompt, and what the handlers set (``conversation.py``)
+        self._conversation = Conversation(
+            self._cancellation, self._rewinder, self._starter, self._log, self._display, self._admission
+        )
+        self._ended = False  # the run has ended: updates are refused
         self._upgrades = Upgrades()  # the ``upgrade`` signal: a waiting run looks for a new build
 
     def _attach(self, state: LoopState) -> None:
@@ -149,7 +140,7 @@ class AgentRun:
     def _records_at_once(self) -> bool:
         """Whether a handler records what it drops now: in a run that waits for its next prompt, or
         one recorded before ``stamps-fixed-by-history``; else at the next request (``signal_gate.py``)."""
-        return self._awaiting_prompt or self._ended or not self.clock.fixed
+        return self._conversation.awaiting or self._ended or not self.clock.fixed
 
     # --- handlers -----------------------------------------------------------
 
@@ -180,7 +171,7 @@ class AgentRun:
         """Close a conversation that waits for its next prompt (at once) or will (at its answer);
         with ``[codec]`` keys, as ``cancel``."""
         if not self._signals.dropped(SIGNAL_END, control, self._state, at_once=self._records_at_once()):
-            self._end_requested = True
+            self._conversation.end_requested = True
 
     @workflow.signal(name=SIGNAL_UPGRADE)
     def upgrade(self) -> None:
@@ -190,7 +181,7 @@ class AgentRun:
     @workflow.update(name=UPDATE_PROMPT)
     def prompt(self, prompt: FollowUpPrompt) -> PromptAccepted:
         """The next prompt of a run that waits for one: its next turn starts."""
-        self._prompt = prompt.text
+        self._conversation.prompt = prompt.text
         state = self._state
         return PromptAccepted(after_sequence=state.journal.event_count if state is not None else 0)
 
@@ -201,8 +192,10 @@ class AgentRun:
             raise ValueError("the run has ended")
         if self._rewinder.busy:
             raise ValueError("the run is rewinding: its next prompt goes to the run it goes on as")
-        if not self._awaiting_prompt or self._prompt is not None or self._end_requested:
-            why = "it was not started with follow_ups" if not self._follow_ups else "it is working"
+        if not self._conversation.waiting():
+            why = (
+                "it was not started with follow_ups" if not self._conversation.follow_ups else "it is working"
+            )
             raise ValueError(
                 f"the run is not waiting for a prompt ({why}): use `steer` to add a message "
                 "the model sees at its next request"
@@ -225,8 +218,7 @@ class AgentRun:
         # rejected here, a rewind the run cannot take never reaches the history
         if self._ended:
             raise ValueError("the run has ended: rewind it with `durable-agent rewind`")
-        waiting = self._awaiting_prompt and self._prompt is None and not self._end_requested
-        self._rewinder.check(self._state, request, waiting)
+        self._rewinder.check(self._state, request, self._conversation.waiting())
 
     @workflow.update(name=UPDATE_STEER)
     def steer(self, message: SteerMessage) -> SteerAccepted:
@@ -243,7 +235,7 @@ class AgentRun:
             raise ValueError("the run has ended")
         if state is None:
             raise ValueError("the run has not started yet: try again in a moment")
-        if self._awaiting_prompt:
+        if self._conversation.awaiting:
             raise ValueError("the run waits for its next prompt: send it with `prompt`")
         size = admission.message(message.text, state.plan.limits, "steer")
         admission.steer_room(state.queued_count(), size, state.plan.limits)
@@ -261,7 +253,9 @@ class AgentRun:
                 cancel_requested=self._cancellation.requested,
                 error=starter.pre_error,
             )
-        return state.status_view(self._cancellation.requested, self._approvals.view(), self._awaiting_prompt)
+        return state.status_view(
+            self._cancellation.requested, self._approvals.view(), self._conversation.awaiting
+        )
 
     @workflow.query(name=QUERY_EVENTS)
     def events(self, after_sequence: int = 0) -> list[EventRecord]:
@@ -282,7 +276,7 @@ class AgentRun:
     async def run(self, raw: RawValue) -> AgentRunResult:
         # read by the run itself (``Starter.accept``): input it cannot take refuses the run
         run_input = self._starter.accept(raw)
-        self._follow_ups = run_input.follow_ups
+        self._conversation.follow_ups = run_input.follow_ups
         if run_input.continued is not None:
             state = self._starter.continued(run_input.continued)
             for waiting in run_input.continued.queued:
@@ -320,7 +314,7 @@ class AgentRun:
         await self._ending.workspace_change(state)
         if final == "completed":
             await self._ending.push(state, self._step.ask)
-        self._ended, self._awaiting_prompt = True, False
+        self._ended, self._conversation.awaiting = True, False
         self._signals.record(state)
         if undelivered := state.queued_count():
             # accepted, then the run ended before the model's next request: the record says so
@@ -352,7 +346,7 @@ class AgentRun:
             self._starter.check_history(state)
             if not await self._next_request(state):
                 return
-            response = await self._model_step(state)
+            response = await self._context.ask_model(state)
             self.clock.pin(response.completed_at_ms)
             for gap in response.unavailable:  # an MCP server was down: the model was told so
                 state.journal.emit(
@@ -362,14 +356,16 @@ class AgentRun:
             if plan.output_schema is not None:  # the answer must be a typed result (``final_result.py``)
                 answer = await self._final.take(state, calls)
                 if answer.answered:
-                    if state.queued_count() or (self._follow_ups and await self._await_prompt(state)):
+                    if state.queued_count() or (
+                        self._conversation.follow_ups and await self._conversation.next_prompt(state)
+                    ):
                         continue  # a steer that came meanwhile is answered; so is a next prompt
                     return
                 if not answer.calls:
                     continue  # the model was told what was wrong with its answer: ask it again
                 calls = answer.calls
             if not calls:
-                if state.queued_count() or self._follow_ups:
+                if state.queued_count() or self._conversation.follow_ups:
                     continue  # a steer that came meanwhile is answered; a follow-up is awaited
                 return
             if state.tool_rounds > plan.max_tool_rounds:
@@ -387,14 +383,14 @@ class AgentRun:
             # at a tool boundary whose export was acknowledged (or after an answer): never again
             raise BudgetStop(state.record_budget_exhausted(budget, now_ms()))
         if state.ends_with_answer():
-            if not self._follow_ups:
+            if not self._conversation.follow_ups:
                 message = (
                     "the conversation ends with the model's answer and no prompt was given: "
                     "resume with a prompt (or start the run with follow_ups)"
                 )
                 state.journal.emit(ErrorEvent(message=message), now_ms())
                 raise RunFailed(message)
-            if not await self._await_prompt(state):
+            if not await self._conversation.next_prompt(state):
                 return False
         while True:
             # the user messages waiting join the conversation, except those a hook refused
@@ -405,103 +401,10 @@ class AgentRun:
             if not refused or not state.ends_with_answer():
                 return True
             # hooks refused what waited, and the model has nothing new to answer: wait again
-            if not self._follow_ups or not await self._await_prompt(state):
+            if not self._conversation.follow_ups or not await self._conversation.next_prompt(state):
                 return False
-
-    async def _await_prompt(self, state: LoopState) -> bool:
-        """Wait, durably, for the next prompt; ``False`` when ``end`` or the idle timeout closes
-        the conversation (the run completes with its last answer). A cancel ends it cancelled."""
-        # a run that moved to a new build while it waited goes on with the time it had left
-        now = int(workflow.now().timestamp() * 1000)
-        since, self._starter.idle_since_ms = self._starter.idle_since_ms or now, None
-        timeout = idle_left(state.plan.idle_timeout_seconds, since, now)
-        await self._log.keep(state)
-        self._awaiting_prompt = True
-        self._display.status(AWAITING_PROMPT)
-        wid = workflow.info().workflow_id
-        idle = f" (it closes after {timeout:g} s without one)" if timeout else ""
-        self._display.details(
-            f"waiting for the next prompt{idle}\n\n"
-            f'continue with `durable-agent chat {wid}` or `durable-agent prompt {wid} "…"`; '
-            f"close with `durable-agent end {wid}`",
-            state,
-        )
-        while True:
-            try:
-                await workflow.wait_condition(
-                    lambda: self._woken(state),
-                    timeout=timedelta(seconds=timeout) if timeout else None,
-                    timeout_summary="idle timeout: no next prompt",
-                )
-            except TimeoutError:
-                break
-            except asyncio.CancelledError:
-                self._cancellation.temporal_request()
-            if not self._moves(state):
-                break
-            # to the deployment's new build, unless a prompt came meanwhile (``upgrading.py``)
-            await self._starter.move(state, lambda: self._moves(state), since)
-        await self._rewinder.settled(self._cancellation)  # a timeout during a rewind's restore
-        self._awaiting_prompt = False
-        self._cancellation.check()  # a cancel ends the conversation as any cancel does: cancelled
-        if self._rewinder.due is not None:  # the run ends here, and goes on from the turn's export
-            self._rewinder.record(state)
-            return False
-        prompt, self._prompt = self._prompt, None
-        if prompt is None:
-            return False
-        state.queue_user_text(prompt, "follow_up")
-        self._admission.queued(prompt)
-        self._display.status(EXECUTING)
-        return True
-
-    def _woken(self, state: LoopState) -> bool:
-        """What ends the wait for a prompt: a rewind, a prompt, ``end``, a cancel, or a move."""
-        if self._rewinder.due is not None:
-            return True
-        given = self._prompt is not None or self._end_requested or self._cancellation.requested
-        return (given and not self._rewinder.restoring) or self._moves(state)
-
-    def _moves(self, state: LoopState) -> bool:
-        """Whether the run, waiting for its next prompt, moves to a new build now."""
-        return moves_while_waiting(
-            target_changed=target_changed(),
-            can_carry=state.journal.can_carry(),
-            prompt_given=self._prompt is not None,
-            end_requested=self._end_requested,
-            cancel_requested=self._cancellation.requested,
-            rewinding=self._rewinder.due is not None or self._rewinder.restoring,
-        )
 
     async def _run_calls(self, state: LoopState, calls: list[ToolUseBlock]) -> None:
         """One model step's tool calls, each followed by its tool boundary; those safe together
         run at once, recorded in the answer's order (``call_batch.py``, ``tool_step.py``)."""
         await self._batches.run(state, calls)
-
-    async def _model_step(self, state: LoopState, overflow: int = 0) -> ModelResponse:
-        """Ask the model; first make the conversation fit its window (``context_keeper.py``).
-        ``overflow``: how many times the provider refused this request as too large."""
-        plan = state.plan
-        await self._context.prepare(state, overflow)
-        self._display.details(f"asking {plan.model}", state)
-        pending = model_pending(state)  # the model reads no events but the view's
-        try:
-            return await self._log.reading_log(
-                state,
-                lambda: self._calls.run(
-                    MODEL_CALL,
-                    ModelStepInput(
-                        run_id=plan.run_id, model=plan.model, log=state.journal.head, pending=pending
-                    ),
-                    summary=f"model {plan.model} (step {state.tool_rounds + 1})",
-                    timeouts=plan.timeouts,
-                ),
-            )
-        except ActivityError as exc:
-            if plan.context is not None and is_overflow(exc):
-                if overflow < MAX_OVERFLOW_RETRIES:
-                    return await self._model_step(state, overflow + 1)
-                self._context.fail_overflow(state, failure_message(exc))
-            message = f"model call failed: {failure_message(exc)}"
-            state.journal.emit(ErrorEvent(message=message), now_ms())
-            raise RunFailed(message) from None

@@ -18,7 +18,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.core.activity_api import COMPACT, CompactInput, CompactOutput
+    from durable_agent.core.activity_api import (
+        COMPACT,
+        MODEL_CALL,
+        CompactInput,
+        CompactOutput,
+        ModelStepInput,
+    )
     from durable_agent.core.context import (
         OVERFLOW_TARGETS,
         ContextLedger,
@@ -30,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.core.events import ContextCompactedEvent, ErrorEvent
     from durable_agent.core.failures import CONTEXT_OVERFLOW, failure_message
     from durable_agent.core.loop import LoopState
-    from durable_agent.core.models import TokenUsage
+    from durable_agent.core.models import ModelResponse, TokenUsage
     from durable_agent.core.run_log import LogDelta
 
 from durable_agent.workflows.calls import CallRunner, RunFailed, now_ms
@@ -61,6 +67,45 @@ class ContextKeeper:
         self._calls = calls
         self._display = display
         self._log = log
+
+    async def ask_model(self, state: LoopState, overflow: int = 0) -> ModelResponse:
+        """Ask the model, once the conversation fits its window.
+
+        Args:
+            state: The run's state.
+            overflow: How many times the provider refused this request as too large.
+
+        Returns:
+            The model's answer.
+
+        Raises:
+            RunFailed: The model call failed for good (recorded on the run), or the request
+                cannot be made small enough.
+        """
+        plan = state.plan
+        await self.prepare(state, overflow)
+        self._display.details(f"asking {plan.model}", state)
+        pending = model_pending(state)  # the model reads no events but the view's
+        try:
+            return await self._log.reading_log(
+                state,
+                lambda: self._calls.run(
+                    MODEL_CALL,
+                    ModelStepInput(
+                        run_id=plan.run_id, model=plan.model, log=state.journal.head, pending=pending
+                    ),
+                    summary=f"model {plan.model} (step {state.tool_rounds + 1})",
+                    timeouts=plan.timeouts,
+                ),
+            )
+        except ActivityError as exc:
+            if plan.context is not None and is_overflow(exc):
+                if overflow < MAX_OVERFLOW_RETRIES:
+                    return await self.ask_model(state, overflow + 1)
+                self.fail_overflow(state, failure_message(exc))
+            message = f"model call failed: {failure_message(exc)}"
+            state.journal.emit(ErrorEvent(message=message), now_ms())
+            raise RunFailed(message) from None
 
     async def prepare(self, state: LoopState, overflow: int = 0) -> None:
         """Before a model request; ``overflow``: how many times the provider refused it as too large."""
