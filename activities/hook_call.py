@@ -31,7 +31,8 @@ from durable_agent.activities.support import heartbeating
 from durable_agent.activities.tools.command_run import run_command
 from durable_agent.activities.tools.tool import ToolFailure
 from durable_agent.activities.workspace_tree import WorkspaceTooLarge
-from durable_agent.activities.workspaces.copies import Held, WorkspaceCopies, entered, left
+from durable_agent.activities.workspaces.copies import Held, WorkspaceCopies
+from durable_agent.activities.workspaces.holds import entered, left
 from durable_agent.config import SandboxConfig
 from durable_agent.core.activity_api import HOOK
 from durable_agent.core.hooks import (

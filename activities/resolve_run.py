@@ -19,8 +19,10 @@ from durable_agent.activities.providers.model_provider import ModelProvider
 from durable_agent.activities.sinks import ExportSink
 from durable_agent.activities.support import heartbeating, usage_error
 from durable_agent.activities.tools.tool import Tool
-from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees, restore_tree
+from durable_agent.activities.workspace_tree import WorkspaceTrees
 from durable_agent.activities.workspaces.copies import WorkspaceCopies
+from durable_agent.activities.workspaces.errors import WorkspaceTreeError
+from durable_agent.activities.workspaces.fetching import restore_tree
 from durable_agent.activities.workspaces.sources import (
     branch_name,
     checkout_ref,

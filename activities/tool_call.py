@@ -19,7 +19,8 @@ from durable_agent.activities.support import heartbeating, state_missing
 from durable_agent.activities.tools.path_guard import READ_DENIED, check_resolved, read_denier
 from durable_agent.activities.tools.tool import CURRENT_CALL, Tool, ToolContent, ToolFailure
 from durable_agent.activities.workspace_tree import WorkspaceTooLarge, WorkspaceTrees
-from durable_agent.activities.workspaces.copies import WorkspaceCopies, entered, left, restore_note
+from durable_agent.activities.workspaces.copies import WorkspaceCopies
+from durable_agent.activities.workspaces.holds import entered, left, restore_note
 from durable_agent.core.activity_api import TOOL_CALL, ToolCallInput, ToolOutput
 from durable_agent.core.models import ImageBlock, Message
 from durable_agent.core.run_log import StateMissing, recorded_result

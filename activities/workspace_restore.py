@@ -20,7 +20,9 @@ from temporalio import activity
 from durable_agent.activities.sinks import ExportSink, FilesystemExportSink, read_export_file
 from durable_agent.activities.store.session_store import name_under
 from durable_agent.activities.support import heartbeating, usage_error
-from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees, restore_tree
+from durable_agent.activities.workspace_tree import WorkspaceTrees
+from durable_agent.activities.workspaces.errors import WorkspaceTreeError
+from durable_agent.activities.workspaces.fetching import restore_tree
 from durable_agent.core.activity_api import RESTORE_WORKSPACE, RestoreWorkspaceInput, WorkspaceRestored
 from durable_agent.core.export import ExportError, workspace_tree_of
 

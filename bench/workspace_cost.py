@@ -56,8 +56,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from durable_agent.activities.sinks import FilesystemExportSink
-from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTrees
+from durable_agent.activities.workspace_tree import WorkspaceTrees
 from durable_agent.activities.workspaces.copies import WorkspaceCopies
+from durable_agent.activities.workspaces.shadow import ShadowRepo
 from durable_agent.config import WorkspaceCheckpointsConfig
 
 SINK = "s"

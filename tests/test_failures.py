@@ -285,7 +285,7 @@ PUBLIC_ERRORS = {
     "durable_agent.activities.tools.custom.ToolDefinitionError": ValueError,
     "durable_agent.activities.store.pg_schema.SchemaTooNew": RuntimeError,
     "durable_agent.activities.store.postgres.PostgresConnectError": RuntimeError,
-    "durable_agent.activities.workspace_tree.WorkspaceTreeError": Exception,
+    "durable_agent.activities.workspaces.errors.WorkspaceTreeError": Exception,
     "durable_agent.cli.rewind.RewindError": Exception,
     "durable_agent.worker.StorageUnusable": Exception,
 }

@@ -23,7 +23,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from durable_agent.activities import AgentActivities
-from durable_agent.activities.workspace_tree import ShadowRepo
+from durable_agent.activities.workspaces.shadow import ShadowRepo
 from durable_agent.cli.render import EventPrinter
 from durable_agent.client import end_conversation, run_result, send_prompt, start_run
 from durable_agent.core.activity_api import HOOK, MODEL_CALL, TOOL_CALL

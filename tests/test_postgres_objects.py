@@ -19,7 +19,10 @@ from durable_agent.activities import AgentActivities
 from durable_agent.activities.pg_sink import PostgresExportSink
 from durable_agent.activities.sinks import ObjectSink
 from durable_agent.activities.store.pg_schema import MIGRATIONS, SCHEMA_VERSION, migrate
-from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTrees, object_id, restore_tree
+from durable_agent.activities.workspace_tree import WorkspaceTrees
+from durable_agent.activities.workspaces.fetching import restore_tree
+from durable_agent.activities.workspaces.objects import object_id
+from durable_agent.activities.workspaces.shadow import ShadowRepo
 from durable_agent.config import (
     AgentConfig,
     PostgresSinkConfig,

@@ -23,7 +23,9 @@ from durable_agent.activities.sink_files import read_export_file
 from durable_agent.activities.sink_gc import GcError, GcOptions, collect_sink
 from durable_agent.activities.sink_gc.refs import trees_needed
 from durable_agent.activities.sinks import FilesystemExportSink
-from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTrees, restore_tree
+from durable_agent.activities.workspace_tree import WorkspaceTrees
+from durable_agent.activities.workspaces.fetching import restore_tree
+from durable_agent.activities.workspaces.shadow import ShadowRepo
 from durable_agent.config import AgentConfig, parse_config
 from durable_agent.conformance.sink_checks import sample_object
 from durable_agent.core.export import SessionCheckpointExportV1

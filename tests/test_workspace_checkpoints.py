@@ -16,7 +16,10 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.sink_files import read_export_file
 from durable_agent.activities.sinks import FilesystemExportSink, ObjectSink
-from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTrees, object_id, restore_tree
+from durable_agent.activities.workspace_tree import WorkspaceTrees
+from durable_agent.activities.workspaces.fetching import restore_tree
+from durable_agent.activities.workspaces.objects import object_id
+from durable_agent.activities.workspaces.shadow import ShadowRepo
 from durable_agent.client import resume_run
 from durable_agent.config import WorkspaceCheckpointsConfig
 from durable_agent.core.events import RunStartEvent, ToolEndEvent

@@ -18,8 +18,9 @@ from temporalio.client import Client
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.providers.model_provider import TextSink, assistant_step
 from durable_agent.activities.sinks import ObjectSink
-from durable_agent.activities.workspace_tree import ShadowRepo, restore_tree
+from durable_agent.activities.workspaces.fetching import restore_tree
 from durable_agent.activities.workspaces.merges import merge_trees
+from durable_agent.activities.workspaces.shadow import ShadowRepo
 from durable_agent.client import run_result
 from durable_agent.core.activity_api import ModelCallInput
 from durable_agent.core.events import EventRecord, RunStartEvent, ToolEndEvent

@@ -14,7 +14,7 @@ from temporalio.client import Client
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.sink_files import read_export_file
 from durable_agent.activities.sinks import FilesystemExportSink
-from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees
+from durable_agent.activities.workspace_tree import WorkspaceTrees
 from durable_agent.activities.workspaces.diff import (
     EMPTY_TREE,
     FileStat,
@@ -24,6 +24,7 @@ from durable_agent.activities.workspaces.diff import (
     workspace_change,
     write_diff,
 )
+from durable_agent.activities.workspaces.errors import WorkspaceTreeError
 from durable_agent.config import AgentConfig, WorkspaceCheckpointsConfig
 from durable_agent.core.events import EventRecord, RewindEvent, RunStartEvent, ToolEndEvent, TurnEndEvent
 from durable_agent.core.models import TokenUsage, WorkspaceState

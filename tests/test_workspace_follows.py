@@ -32,7 +32,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from durable_agent.activities.pg_sink import PostgresExportSink
-from durable_agent.activities.workspace_tree import ShadowRepo
+from durable_agent.activities.workspaces.shadow import ShadowRepo
 from durable_agent.client import start_run
 from durable_agent.core.events import EventRecord, ToolEndEvent, WorkspaceRestoredEvent
 from durable_agent.core.run_api import AgentRunInput, AgentRunResult

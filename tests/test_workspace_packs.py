@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTreeError
+from durable_agent.activities.workspaces.errors import WorkspaceTreeError
 from durable_agent.activities.workspaces.packs import pack_of
+from durable_agent.activities.workspaces.shadow import ShadowRepo
 
 
 def loose(kind: bytes, body: bytes) -> tuple[str, bytes]:

@@ -17,15 +17,10 @@ from pathlib import Path
 import pytest
 
 from durable_agent.activities.sinks import FilesystemExportSink
-from durable_agent.activities.workspace_tree import (
-    _ENV,
-    _SETTINGS_FILE,
-    Recorded,
-    ShadowRepo,
-    WorkspaceTreeError,
-    WorkspaceTrees,
-)
+from durable_agent.activities.workspace_tree import WorkspaceTrees
+from durable_agent.activities.workspaces.errors import WorkspaceTreeError
 from durable_agent.activities.workspaces.record import changes_of, head_tree, too_large
+from durable_agent.activities.workspaces.shadow import _ENV, _SETTINGS_FILE, Recorded, ShadowRepo
 from durable_agent.config import WorkspaceCheckpointsConfig
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -485,7 +480,7 @@ def test_the_objects_since_a_tree_read_from_loose_objects_are_git_diff_trees(
     pairs = [(new, old) for new in trees for old in trees if new != old]
     loose = {pair: shadow.repo.objects_since(*pair) for pair in pairs}
     assert all(found is not None for found in loose.values())
-    monkeypatch.setattr("durable_agent.activities.workspace_tree.loose_objects_since", lambda *_: None)
+    monkeypatch.setattr("durable_agent.activities.workspaces.shadow.loose_objects_since", lambda *_: None)
     for pair in pairs:
         assert sorted(loose[pair]) == sorted(shadow.repo.objects_since(*pair)), pair
 

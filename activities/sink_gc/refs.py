@@ -15,7 +15,7 @@ from typing import Any, Final
 from durable_agent.activities.sink_files import MANIFEST_SCHEMA, PartReader
 from durable_agent.activities.sink_manifest import ManifestError, missing_part, parse_json
 from durable_agent.activities.sinks import SinkError, object_id_checked
-from durable_agent.activities.workspace_tree import _tree_entries
+from durable_agent.activities.workspaces.objects import _tree_entries
 
 __all__ = [
     "Needs",

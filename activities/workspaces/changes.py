@@ -10,8 +10,9 @@ from pathlib import Path
 from temporalio import activity
 
 from durable_agent.activities.support import heartbeating
-from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees
+from durable_agent.activities.workspace_tree import WorkspaceTrees
 from durable_agent.activities.workspaces.diff import workspace_change
+from durable_agent.activities.workspaces.errors import WorkspaceTreeError
 from durable_agent.core.activity_api import WORKSPACE_CHANGE, WorkspaceChangeInput
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.models import WorkspaceChange

@@ -10,7 +10,9 @@ from pathlib import Path
 from temporalio import activity
 
 from durable_agent.activities.support import heartbeating, usage_error
-from durable_agent.activities.workspace_tree import WorkspaceTreeError, WorkspaceTrees, fetch_tree
+from durable_agent.activities.workspace_tree import WorkspaceTrees
+from durable_agent.activities.workspaces.errors import WorkspaceTreeError
+from durable_agent.activities.workspaces.fetching import fetch_tree
 from durable_agent.activities.workspaces.sources import commit_and_push, default_root, fetched
 from durable_agent.config import WorkspacesConfig
 from durable_agent.core.activity_api import WORKSPACE_COMMIT, WorkspaceCommitInput, WorkspaceCommitted

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from durable_agent.activities.sinks import ObjectSink
-from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTreeError, fetch_tree
+from durable_agent.activities.workspaces.errors import WorkspaceTreeError
+from durable_agent.activities.workspaces.fetching import fetch_tree
+from durable_agent.activities.workspaces.shadow import ShadowRepo
 from durable_agent.core.events import EventRecord, RewindEvent, RunStartEvent, ToolEndEvent
 from durable_agent.core.models import DIFF_SHOWN_BYTES, DIFF_SHOWN_FILES, WorkspaceChange
 

@@ -20,7 +20,10 @@ from pathlib import Path
 from temporalio import activity
 
 from durable_agent.activities.support import heartbeating, usage_error
-from durable_agent.activities.workspace_tree import ShadowRepo, WorkspaceTreeError, WorkspaceTrees, fetch_tree
+from durable_agent.activities.workspace_tree import WorkspaceTrees
+from durable_agent.activities.workspaces.errors import WorkspaceTreeError
+from durable_agent.activities.workspaces.fetching import fetch_tree
+from durable_agent.activities.workspaces.shadow import ShadowRepo
 from durable_agent.core.activity_api import WORKSPACE_MERGE, WorkspaceMerge, WorkspaceMergeInput
 
 __all__ = ["WorkspaceMerges", "merge_trees"]

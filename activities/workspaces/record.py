@@ -1,5 +1,5 @@
 """A workspace's files recorded in its shadow repository's index with one scan of them
-(``ShadowRepo.record``, ``activities/workspace_tree.py``).
+(``ShadowRepo.record``, ``activities/workspaces/shadow.py``).
 
 ``git add -A`` alone walks every folder and ``lstat``s every file, and the files past the size
 bounds had to be found first by ``git ls-files --modified --others``, a second walk: two scans

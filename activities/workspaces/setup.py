@@ -22,7 +22,7 @@ from pathlib import Path
 
 from durable_agent.activities.tools.command_run import run_command
 from durable_agent.activities.tools.tool import ToolFailure
-from durable_agent.activities.workspace_tree import ShadowRepo
+from durable_agent.activities.workspaces.shadow import ShadowRepo
 from durable_agent.config import SandboxConfig, WorkspacesConfig
 
 __all__ = ["WorkspaceSetup"]

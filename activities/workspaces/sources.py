@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from durable_agent.activities.store.session_store import name_under
-from durable_agent.activities.workspace_tree import WorkspaceTreeError
+from durable_agent.activities.workspaces.errors import WorkspaceTreeError
 from durable_agent.config import WorkspacesConfig
 from durable_agent.core.run_workspace import GitSource
 

@@ -89,8 +89,8 @@ class CliSinkFiles:
         Raises:
             FilesError: No export of the run, no such turn, or the sink cannot be read.
         """
-        from durable_agent.activities.workspace_tree import default_shadow_root
         from durable_agent.activities.workspaces.diff import diff_stat, reading_repo, run_trees, write_diff
+        from durable_agent.activities.workspaces.shadow import default_shadow_root
         from durable_agent.cli.diff import DiffError, newest_export, object_sink
         from durable_agent.cli.exports import read_export_ref
         from durable_agent.config import load_config

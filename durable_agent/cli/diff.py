@@ -174,8 +174,8 @@ def _count(n: int, what: str) -> str:
 def cmd_diff(args: argparse.Namespace) -> int:
     """Print what a run changed in its workspace: the whole unified diff from its base tree to its
     last, or with ``--turn N`` that turn's call's change; ``--stat``: the paths and line counts."""
-    from durable_agent.activities.workspace_tree import default_shadow_root
     from durable_agent.activities.workspaces.diff import reading_repo
+    from durable_agent.activities.workspaces.shadow import default_shadow_root
     from durable_agent.cli.exports import PG_PREFIX, read_export_ref
     from durable_agent.config import load_config
 

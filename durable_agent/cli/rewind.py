@@ -46,7 +46,7 @@ def sink_of(name: str | None) -> tuple[str, Any, Path]:
         RewindError: The sink is neither (only those hold workspace trees).
     """
     from durable_agent.activities.sinks import FilesystemExportSink
-    from durable_agent.activities.workspace_tree import default_shadow_root
+    from durable_agent.activities.workspaces.shadow import default_shadow_root
 
     config = load_config()
     name = name or config.default_sink
@@ -68,7 +68,7 @@ def sink_of(name: str | None) -> tuple[str, Any, Path]:
 
 
 async def _restore(repo: Any, tree: str, sink: Any) -> None:
-    from durable_agent.activities.workspace_tree import restore_tree
+    from durable_agent.activities.workspaces.fetching import restore_tree
 
     try:
         await restore_tree(repo, tree, sink)
@@ -95,7 +95,7 @@ def restore_workspace(export: SessionCheckpointExportV1, folder: Path, sink_name
         RewindError: No tree, no such sink, the sink lacks an object or cannot be read;
             ``ExportError`` when the export does not validate.
     """
-    from durable_agent.activities.workspace_tree import ShadowRepo
+    from durable_agent.activities.workspaces.shadow import ShadowRepo
 
     tree = export_tree(export)
     _, sink, shadow = sink_of(sink_name)
