@@ -24,6 +24,7 @@ histories): ::
     python scripts/record_history.py continued tests/histories/agent_run_continued_v10.json
     python scripts/record_history.py subagents tests/histories/agent_run_subagents_v10.json
     python scripts/record_history.py approval tests/histories/agent_run_approval_v11.json
+    python scripts/record_history.py shell-programs tests/histories/agent_run_shell_programs_v12.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -66,6 +67,9 @@ before has none, and the run does not follow), each tool call carries the tree a
 host, each output names its host, and the run's end asks ``agent.workspace_change`` (a local
 activity) for its change set.
 
+``*_v12``: recorded on the workflow whose first task asks ``shell-judge-programs`` and
+``stamps-fixed-by-history`` too (issue 38).
+
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the
 ``approve`` update, a denied shell line, and a write.
@@ -74,6 +78,9 @@ activity) for its change set.
 (past the workflow task timeout): the checkpoint finishes, acknowledged, then the run stops.
 ``shell-unseen``: a ``bash`` line that today's judge denies (a here-string's script is read) and
 the judge before it sent to a person (``workflows/shell_gate.py``).
+``shell-programs``: a ``bash`` line whose interpreter runs what the judge cannot see, under a
+broad allow and a deny rule: today's judge denies it (the default), the judge before it let it
+run (``workflows/shell_gate.py``).
 ``bounded-prompt``: a start prompt over ``[limits] max_message_bytes``: the run is refused
 (``InputTooLarge``) after resolving its plan.
 ``hooks``: a ``user_prompt_submit`` hook, a ``pre_tool_use`` hook that blocks a ``bash`` call
@@ -295,6 +302,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "responses": [tool_call("b1", "bash", command="bash <<< 'git push'"), final("denied")],
         # the judge before read no here-string's script: it asked (``ask``); today's denies
         "permissions": {"deny": ["bash(git push:*)"], "ask": ["bash"], "default": "deny"},
+        "prompt": "push",
+    },
+    "shell-programs": {
+        "responses": [
+            tool_call("b1", "bash", command="""python3 -c 'import os; os.system("git push")'"""),
+            final("denied"),
+        ],
+        # the judge before read no interpreter's code: the broad allow ran it; today's denies it
+        "permissions": {"allow": ["bash"], "deny": ["bash(git push:*)"], "default": "deny"},
         "prompt": "push",
     },
     "bounded-prompt": {

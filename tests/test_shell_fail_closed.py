@@ -1,7 +1,7 @@
 """Deny rules under a broad ``bash`` allow fail closed where the judge cannot see what runs.
 
 Pure: no server (the replay of these decisions is in ``test_shell_gate_replay``). Each
-refused case was allowed by the rules before (``legacy=True``, which a replay of a run
+refused case was allowed by the rules before (``era="legacy"``, which a replay of a run
 recorded then still takes) and is refused now: ``ask`` where the config has an ask path,
 the default otherwise.
 """
@@ -156,7 +156,6 @@ STAY_ALLOWED = [
     'echo "${arr[@]}" ${#arr[@]} ${a[0]}',
     "find . -name '*.py' | xargs grep -n foo",
     "bash --version",
-    "python3 -c 'print(1)'",
     "./x.sh",
     "make test",
     "export A=1; pytest",
@@ -165,7 +164,7 @@ STAY_ALLOWED = [
 
 @pytest.mark.parametrize("line", HIDDEN)
 def test_a_line_hiding_what_it_runs_is_not_allowed_by_a_broad_allow(line: str) -> None:
-    assert BROAD.decide("bash", line, legacy=True) == "allow", "allowed before"
+    assert BROAD.decide("bash", line, era="legacy") == "allow", "allowed before"
     assert BROAD.decide("bash", line) == "deny"  # the default
     assert BROAD_ASKING.decide("bash", line) == "ask"
     assert BROAD_ASK_RULE.decide("bash", line) == "ask"
@@ -174,7 +173,7 @@ def test_a_line_hiding_what_it_runs_is_not_allowed_by_a_broad_allow(line: str) -
 
 @pytest.mark.parametrize(("line", "decision"), FED)
 def test_a_literal_script_fed_to_a_shell_is_judged_by_its_content(line: str, decision: str) -> None:
-    assert BROAD.decide("bash", line, legacy=True) == "allow", "allowed before"
+    assert BROAD.decide("bash", line, era="legacy") == "allow", "allowed before"
     assert BROAD.decide("bash", line) == decision
     assert BROAD_ASK_RULE.decide("bash", line) == decision  # a deny rule's match is not asked about
 
@@ -182,7 +181,7 @@ def test_a_literal_script_fed_to_a_shell_is_judged_by_its_content(line: str, dec
 @pytest.mark.parametrize("line", STAY_ALLOWED)
 def test_lines_the_judge_sees_through_stay_allowed(line: str) -> None:
     assert BROAD.decide("bash", line) == "allow"
-    assert BROAD.decide("bash", line, legacy=True) == "allow"
+    assert BROAD.decide("bash", line, era="legacy") == "allow"
 
 
 def test_the_reported_cases_verbatim() -> None:
@@ -218,7 +217,7 @@ def test_allow_lists_fail_closed_too() -> None:
     # `bash(bash:*)` allowed `echo git push | bash` as plain words; the deny rule could match its stdin
     policy = PermissionPolicy(allow=("bash(echo:*)", "bash(bash:*)", "bash(git:*)"), deny=DENY)
     for line in ("echo git push | bash", "bash x.sh", "git pus?"):
-        assert policy.decide("bash", line, legacy=True) == "allow"
+        assert policy.decide("bash", line, era="legacy") == "allow"
         assert policy.decide("bash", line) == "deny"
     assert policy.decide("bash", "git status") == "allow"
     assert policy.decide("bash", "git $x") == "deny"  # never allowed: an expansion
@@ -228,7 +227,7 @@ def test_allow_lists_fail_closed_too() -> None:
 def test_a_prefix_rule_allows_plain_variables_after_its_words() -> None:
     policy = PermissionPolicy(allow=("bash(echo:*)", "bash(git status)", "bash(ls:*)"))
     for line in ('echo "$HOME"', "echo $HOME x", 'echo "${HOME}"', 'echo "$@" "$1"', 'ls; echo "$x"'):
-        assert policy.decide("bash", line, legacy=True) == "deny"
+        assert policy.decide("bash", line, era="legacy") == "deny"
         assert policy.decide("bash", line) == "allow"
     refused = [
         'git status "$x"',  # `git status` takes no further words
@@ -254,19 +253,19 @@ def test_a_prefix_rule_allows_plain_variables_after_its_words() -> None:
 
 
 def test_the_legacy_decisions_are_those_of_the_corpus() -> None:
-    """The old rules' corpus holds under ``legacy=True``, so recorded runs replay alike."""
+    """The old rules' corpus holds under ``era="legacy"``, so recorded runs replay alike."""
     strict = PermissionPolicy(**RULES, default="deny")
     asking = PermissionPolicy(**RULES, default="ask")
     for line, want_strict, want_asking in CORPUS:
-        got = (strict.decide("bash", line, legacy=True), asking.decide("bash", line, legacy=True))
+        got = (strict.decide("bash", line, era="legacy"), asking.decide("bash", line, era="legacy"))
         assert got == (want_strict, want_asking), line
 
 
 def test_decide_both_judges_once_and_agrees() -> None:
-    for line in [*HIDDEN, *STAY_ALLOWED, *(line for line, _ in FED)]:
+    for line in [*HIDDEN, *STAY_ALLOWED, *(line for line, _ in FED), "python3 -c 'print(1)'"]:
         assert BROAD.decide_both("bash", line) == (
-            BROAD.decide("bash", line),
-            BROAD.decide("bash", line, legacy=True),
+            BROAD.decide("bash", line, era="unseen"),
+            BROAD.decide("bash", line, era="legacy"),
         )
     assert BROAD.decide_both("read", "a.txt") == ("deny", "deny")
 

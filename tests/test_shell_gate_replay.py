@@ -7,6 +7,11 @@ new decision sits behind the ``shell-judge-unseen`` patch, and fails to replay w
 gate. A new run takes the new decision and records the patch marker (in its first task, as it
 asks every patch: ``starting.ask_patches_first``); on the code before that, a run whose
 decisions did not change recorded none.
+
+Issue 38 again, behind ``shell-judge-programs``: a run recorded by the code before it
+(simulated: the workflow never asks that patch) ran ``python3 -c 'print(1)'`` under a broad allow
+and a deny rule; today's rules deny it. Its history replays on today's code, and fails to
+replay without the gate.
 """
 
 from __future__ import annotations
@@ -14,15 +19,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from temporalio import workflow
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 from durable_agent.activities import AgentActivities
-from durable_agent.core.events import ConfirmationRequiredEvent, PermissionDeniedEvent
+from durable_agent.core.events import ConfirmationRequiredEvent, PermissionDeniedEvent, ToolEndEvent
 from durable_agent.core.permissions import Decision, PermissionPolicy
 from durable_agent.workflows import AgentRun, shell_gate, starting
-from durable_agent.workflows.patches import PATCH_SHELL_UNSEEN
+from durable_agent.workflows.patches import PATCH_SHELL_PROGRAMS, PATCH_SHELL_UNSEEN
 from tests.helpers import (
     RecordingSink,
     awaiting_approval,
@@ -47,7 +53,7 @@ def asks_nothing_first(*, new_run: bool) -> bool:
 
 def legacy_decide(policy: PermissionPolicy, tool: str, target: str | None) -> Decision:
     """What the worker decided before the fail-closed rules."""
-    return policy.decide(tool, target, legacy=True)
+    return policy.decide(tool, target, era="legacy")
 
 
 def new_decide(policy: PermissionPolicy, tool: str, target: str | None) -> Decision:
@@ -55,12 +61,11 @@ def new_decide(policy: PermissionPolicy, tool: str, target: str | None) -> Decis
     return policy.decide(tool, target)
 
 
-def markers(history: WorkflowHistory) -> int:
+def markers(history: WorkflowHistory, patch: str = PATCH_SHELL_UNSEEN) -> int:
     return sum(
         1
         for e in history.events
-        if e.HasField("marker_recorded_event_attributes")
-        and PATCH_SHELL_UNSEEN.encode() in e.SerializeToString()
+        if e.HasField("marker_recorded_event_attributes") and patch.encode() in e.SerializeToString()
     )
 
 
@@ -139,3 +144,60 @@ async def test_a_run_whose_decisions_did_not_change_records_no_marker(
             result = await handle.result()
             history = await handle.fetch_history()
     assert result.status == "completed" and markers(history) == 0
+
+
+async def test_a_run_recorded_before_programs_were_read_replays_its_old_decision(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    line = "python3 -c 'print(1)'"  # the judge before: allowed; today's: the code is unseen, denied
+    config = scripted_config(
+        tmp_path,
+        [tool_call("p1", "bash", command=line), final("ran")],
+        permissions={"allow": ["bash"], "deny": ["bash(git push:*)"], "default": "deny"},
+        sandbox={"kind": "none"},
+    )
+    sdk = workflow.patched
+    sink = RecordingSink()
+    with monkeypatch.context() as old_code:
+        # the code before issue 38 never asked the patch: it has no marker, and took the old decision
+        old_code.setattr(workflow, "patched", lambda patch: patch != PATCH_SHELL_PROGRAMS and sdk(patch))
+        async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+            handle = await start(client, queue, workspace(tmp_path))
+            result = await handle.result()
+            history = await handle.fetch_history()
+    assert result.status == "completed" and markers(history, PATCH_SHELL_PROGRAMS) == 0
+    events = [r.event for r in sink.exports[-1].open().source_run().events]
+    assert [e.id for e in events if isinstance(e, ToolEndEvent)] == ["p1"]  # it ran
+    assert not [e for e in events if isinstance(e, PermissionDeniedEvent)]
+
+    # today's code, under Temporal's sandbox, replays it: the gate keeps the old decision
+    replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert replay.replay_failure is None, replay.replay_failure
+
+    # without the gate the same history no longer replays
+    monkeypatch.setattr(shell_gate, "decide_call", new_decide)
+    ungated = Replayer(
+        workflows=[AgentRun],
+        data_converter=pydantic_data_converter,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    broken = await ungated.replay_workflow(history, raise_on_replay_failure=False)
+    assert broken.replay_failure is not None
+
+
+async def test_a_new_run_takes_the_programs_decision(client: Client, tmp_path: Path) -> None:
+    config = scripted_config(
+        tmp_path,
+        [tool_call("p1", "bash", command="python3 -c 'print(1)'"), final("denied")],
+        permissions={"allow": ["bash"], "deny": ["bash(git push:*)"], "default": "deny"},
+    )
+    sink = RecordingSink()
+    async with running_worker(client, AgentActivities(config, sinks={"local": sink})) as queue:
+        handle = await start(client, queue, workspace(tmp_path))
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result.status == "completed" and markers(history, PATCH_SHELL_PROGRAMS) == 1
+    events = [r.event for r in sink.exports[-1].open().source_run().events]
+    assert [e.id for e in events if isinstance(e, PermissionDeniedEvent)] == ["p1"]
+    replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert replay.replay_failure is None, replay.replay_failure

@@ -115,6 +115,7 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_guarded_v5.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
             "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
             "agent_run_release_0.2.json",
+            "agent_run_shell_programs_v12.json",
             "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json agent_run_v2.json agent_run_v4.json",
             "agent_run_v5.json agent_run_v9.json",
@@ -141,6 +142,7 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_guarded_v5.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
             "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
             "agent_run_release_0.2-moved.json agent_run_release_0.2.json",
+            "agent_run_shell_programs_v12.json",
             "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json agent_run_v4.json agent_run_v5.json",
             "agent_run_v9.json",
@@ -167,6 +169,7 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_approval_v11.json agent_run_approval_v5.json agent_run_continued_v10-last.json",
             "agent_run_continued_v10.json agent_run_guarded_v5.json agent_run_parallel_v10.json",
             "agent_run_release_0.2-moved.json agent_run_release_0.2.json",
+            "agent_run_shell_programs_v12.json",
             "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json agent_run_v5.json agent_run_v9.json",
         ),
@@ -190,6 +193,7 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_approval_v11.json agent_run_cancel_checkpoint_v7.json agent_run_cancelled_v6.json",
             "agent_run_continued_v10-last.json agent_run_continued_v10.json",
             "agent_run_parallel_v10.json agent_run_release_0.2-moved.json agent_run_release_0.2.json",
+            "agent_run_shell_programs_v12.json",
             "agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json",
         ),
@@ -210,6 +214,7 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_continued_v10.json agent_run_hooks_v8.json agent_run_parallel_v10.json",
             "agent_run_parallel_v8.json agent_run_parallel_v9.json agent_run_reasoning_v6.json",
             "agent_run_release_0.2-moved.json agent_run_release_0.2.json",
+            "agent_run_shell_programs_v12.json",
             "agent_run_shell_unseen_v7.json agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json agent_run_v9.json",
         ),
@@ -226,6 +231,7 @@ LEDGER: tuple[Patch, ...] = (
         histories=listed(
             "agent_run_approval_v11.json agent_run_bounded_prompt_v7.json agent_run_continued_v10.json",
             "agent_run_parallel_v10.json agent_run_release_0.2.json",
+            "agent_run_shell_programs_v12.json",
             "agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json",
         ),
@@ -242,6 +248,7 @@ LEDGER: tuple[Patch, ...] = (
         histories=listed(
             "agent_run_approval_v11.json agent_run_continued_v10-last.json agent_run_continued_v10.json",
             "agent_run_parallel_v10.json agent_run_release_0.2-moved.json agent_run_release_0.2.json",
+            "agent_run_shell_programs_v12.json",
             "agent_run_shell_unseen_v7.json",
             "agent_run_subagents_v10-child1.json agent_run_subagents_v10.json agent_run_v10.json",
         ),
@@ -259,6 +266,7 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_approval_v11.json",
             "agent_run_continued_v10-last.json agent_run_continued_v10.json agent_run_hooks_v8.json",
             "agent_run_parallel_v10.json agent_run_release_0.2-moved.json agent_run_release_0.2.json",
+            "agent_run_shell_programs_v12.json",
             "agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json",
         ),
@@ -282,6 +290,7 @@ LEDGER: tuple[Patch, ...] = (
             "agent_run_approval_v11.json agent_run_continued_v10-last.json agent_run_continued_v10.json",
             "agent_run_parallel_v10.json agent_run_parallel_v8.json agent_run_parallel_v9.json",
             "agent_run_release_0.2-moved.json agent_run_release_0.2.json",
+            "agent_run_shell_programs_v12.json",
             "agent_run_subagents_v10-child1.json agent_run_subagents_v10.json agent_run_v10.json",
         ),
     ),
@@ -304,6 +313,7 @@ LEDGER: tuple[Patch, ...] = (
         histories=listed(
             "agent_run_approval_v11.json agent_run_continued_v10-last.json agent_run_continued_v10.json",
             "agent_run_parallel_v10.json agent_run_release_0.2-moved.json agent_run_release_0.2.json",
+            "agent_run_shell_programs_v12.json",
             "agent_run_subagents_v10-child1.json",
             "agent_run_subagents_v10.json agent_run_v10.json",
         ),
@@ -329,9 +339,18 @@ LEDGER: tuple[Patch, ...] = (
         PATCH_SHELL_PROGRAMS,
         "issue 38 (2026-12-07)",
         "0.2",
-        changes="(the shell judge's helper fills this in)",
-        asked="first in every execution (starting.ask_patches_first)",
-        histories=(),
+        changes=(
+            "a bash line is judged by the rules that read what programs run: an interpreter's code, "
+            "script or module, awk's system(), sed's e, a git alias, git -c config and variables that "
+            "may run a command keep a broad allow off while a deny rule could match them (unless an "
+            "allow rule names what runs), and the commands git or a variable hands a shell are read "
+            "for the deny rules; before, by the fail-closed rules of shell-judge-unseen"
+        ),
+        asked=(
+            "first in every execution (starting.ask_patches_first); its branch is taken only when "
+            "the two judges decide a call differently (workflows/shell_gate.py)"
+        ),
+        histories=("agent_run_approval_v12.json", "agent_run_shell_programs_v12.json"),
     ),
     Patch(
         PATCH_HISTORY_STAMPS,

@@ -8,6 +8,13 @@ before took the old decision, and its replay must take it again: the new decisio
 is used only under the ``shell-judge-unseen`` patch. The patch is asked for only
 when the two decisions differ, so a history whose lines decide alike carries no
 marker and replays on either code (``agent_run_shell_unseen_v7.json`` holds one that differs).
+
+Issue 38 changed it again: what a program runs that the judge cannot see (an interpreter's
+code, awk's ``system()``, sed's ``e``, a git alias or ``-c`` config, ``GIT_PAGER``…) keeps a
+broad allow off too, and the scripts git or a variable hands a shell are read for the deny
+rules. That decision is taken under ``shell-judge-programs`` (asked first in every execution
+since, so a new run holds its marker; ``agent_run_shell_programs_v12.json`` takes it), and the
+one before it otherwise, itself under ``shell-judge-unseen`` as above.
 """
 
 from __future__ import annotations
@@ -17,11 +24,11 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from durable_agent.core.permissions import Decision, PermissionPolicy, strictest
 
-from durable_agent.workflows.patches import PATCH_SHELL_UNSEEN
+from durable_agent.workflows.patches import PATCH_SHELL_PROGRAMS, PATCH_SHELL_UNSEEN
 
 
 def decide_call(policy: PermissionPolicy, tool: str, target: str | None) -> Decision:
-    """``policy.decide(tool, target)``, or its legacy decision for a run recorded before the patch.
+    """``policy.decide(tool, target)``, or the decision before it for a run recorded before its patch.
 
     Args:
         policy: the run's permission rules.
@@ -31,9 +38,12 @@ def decide_call(policy: PermissionPolicy, tool: str, target: str | None) -> Deci
     Returns:
         The decision this run takes, the same on every replay.
     """
-    decision, legacy = policy.decide_both(tool, target)
-    if decision == legacy or workflow.patched(PATCH_SHELL_UNSEEN):
+    decision, unseen, legacy = policy.decide_eras(tool, target)
+    if decision != unseen and workflow.patched(PATCH_SHELL_PROGRAMS):
         return decision
+    # a run recorded before ``shell-judge-programs`` (or a line both judges decide alike)
+    if unseen == legacy or workflow.patched(PATCH_SHELL_UNSEEN):
+        return unseen
     return legacy
 
 

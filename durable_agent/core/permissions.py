@@ -45,6 +45,17 @@ spaces (``'git'  "status"`` is ``git status``).
   from stdin; ``alias``, ``hash -p``, ``PS4``/``BASH_ENV``/``BASH_FUNC_*``;
   arithmetic on a variable (``$((x))``, ``[[ $x -eq 1 ]]``, ``${s:n}``),
   ``${x@P}`` and ``${!x}``, which run the ``$(…)`` a value holds.
+- So is what a program runs that its words do not show (``shell_programs``;
+  ``docs/shell-rules.md`` lists it): an interpreter's code, script, module or
+  stdin (``python3 -c …``, ``perl -e``, ``node -e``, ``python3 -m x``), awk's
+  ``system()``, sed's ``e``, a git alias (start ``git``), ``git -c`` config and
+  variables that may run a command; where the line holds that command
+  (``GIT_PAGER=…``, ``git rebase --exec …``), it is read for the deny rules
+  instead. Except where an allow rule names what the program runs: its
+  pattern, without ``:*``, is the unseen place's ``program`` words or begins
+  with them then a blank, and it matches the command (``bash(python3 -m
+  pytest:*)``, ``bash(python3 tools/gen.py)``); ``bash(python3:*)`` and
+  ``bash`` name nothing.
 - An allow rule allows the line only when the line is *transparent* (nothing
   in it is decided when it runs, see ``shell_judge``) and it matches the plain
   words of every command. Spellings never allow: ``bash(pytest:*)`` allows
@@ -69,23 +80,26 @@ itself), a bare ``web_fetch`` every host. It is denied by default whatever
 tool name) lets a call run, so a run that does not mention it is never
 offered it. Deny rules apply as to any tool.
 
-Replays decide as the run first did: a run recorded before the two rules above
-takes their legacy decisions (``decide(legacy=True)``, ``workflows.shell_gate``).
+Replays decide as the run first did (``decide(era=…)``, ``workflows.shell_gate``):
+a run recorded before the hidden places above and the ``:*`` rule's variables
+takes the ``legacy`` decisions; one recorded before what programs run, the
+``unseen`` ones.
 
 What a rule cannot promise: it judges the text of a line, not its effects.
 ``bash(pytest:*)`` allows ``pytest -p plugin`` and ``pytest --rootdir …``,
 which import code from the workspace, and ``pytest`` itself runs the
 workspace's ``conftest.py``; ``bash(git status)`` runs no hooks, but a
-repository's config can name commands (``core.fsmonitor``, ``core.pager``)
-and git aliases are not expanded, so ``deny bash(git push:*)`` does not see
-``git -c alias.p=push p``. Globs in arguments are left to bash
+repository's config can name commands (``core.fsmonitor``, ``core.pager``),
+and an alias in it runs what it says. Globs in arguments are left to bash
 (``rm *`` can expand to ``-rf``); deny rules see spellings, not option orders
-(``rm -fr`` is not ``rm -rf``); a program may run another (``make``,
-``npm run``, a script, ``python -c``, ``perl -e``, ``awk``'s ``system``).
-So deny rules under a broad ``bash`` allow are a blocklist that data flow
-defeats (a file written by one call and run by the next, a git alias or hook);
+(``rm -fr`` is not ``rm -rf``); a program may run the workspace's files without
+being given code on the line (``make``, ``npm run``, ``pytest``, ``./x.sh``, a
+git hook), which no reading of the line sees. So deny rules under a broad
+``bash`` allow are a blocklist that data flow defeats (a file written by one
+call and run by the next, a git alias or hook in the repository's config);
 allow-lists (``bash(pytest:*)``, ``bash(git status)``) are the safe form. Rules
-decide what runs without a person; the sandbox is the boundary.
+decide what runs without a person; the sandbox is the boundary (with its
+network off, no push leaves it).
 """
 
 from __future__ import annotations
@@ -102,10 +116,14 @@ from pydantic import field_validator
 from durable_agent.core.errors import DurableAgentError
 from durable_agent.core.globs import GlobError, compile_glob
 from durable_agent.core.models import Sparse
-from durable_agent.core.rule_reach import could_match
+from durable_agent.core.rule_reach import could_match, names_program
 from durable_agent.core.shell_judge import ShellLine, judge
+from durable_agent.core.shell_unseen import Unseen
 
 Decision = Literal["allow", "deny", "ask"]
+# The judges of a shell line, oldest first (see the module docstring): a replay decides by the
+# one its run was recorded with (``workflows.shell_gate``).
+Era = Literal["legacy", "unseen", "programs"]
 
 _RULE = re.compile(r"^\s*([A-Za-z_*][A-Za-z0-9_\-*]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
 
@@ -207,6 +225,10 @@ class _Matcher:
         """Whether a rule could match a command starting with ``start`` (see ``rule_reach``)."""
         return self.every or any(could_match(source, start) for source in self.sources)
 
+    def names(self, unseen: Unseen) -> bool:
+        """Whether a rule names what a program runs (see ``rule_reach.names_program``)."""
+        return any(names_program(source, unseen.program, unseen.command) for source in self.sources)
+
 
 @lru_cache(maxsize=256)
 def _matcher(rules: tuple[str, ...], tool: str) -> _Matcher:
@@ -273,28 +295,29 @@ class PermissionPolicy(Sparse):
             parse_rule(rule)
         return rules
 
-    def decide(self, tool: str, target: str | None, *, legacy: bool = False) -> Decision:
+    def decide(self, tool: str, target: str | None, *, era: Era = "programs") -> Decision:
         """The decision for one call of ``tool`` touching ``target``.
 
         Args:
             tool: the tool's name.
             target: what the call touches (a path, a pattern, a shell line), if anything.
-            legacy: decide a shell line as the rules did before lines that hide what
-                they run failed closed (see the module docstring); only for replaying
-                runs that decided so (``workflows.shell_gate``).
+            era: decide a shell line as the rules did before lines that hide what they
+                run failed closed (``legacy``), or before what programs run did
+                (``unseen``; see the module docstring); only for replaying runs that
+                decided so (``workflows.shell_gate``).
 
         Returns:
             ``allow``, ``deny`` or ``ask``.
         """
-        own = self._decide_own(tool, target, legacy=legacy)
+        own = self._decide_own(tool, target, era=era)
         if not self.within:
             return own
-        return strictest([own, *(rules.decide(tool, target, legacy=legacy) for rules in self.within)])
+        return strictest([own, *(rules.decide(tool, target, era=era) for rules in self.within)])
 
-    def _decide_own(self, tool: str, target: str | None, *, legacy: bool) -> Decision:
+    def _decide_own(self, tool: str, target: str | None, *, era: Era) -> Decision:
         """``decide`` by these rules alone (not those ``within``)."""
         if tool.lower() in COMMAND_TOOLS and target is not None:
-            return self._decide_line(tool, target, judge(target), legacy=legacy)
+            return self._decide_line(tool, target, judge(target), era=era)
         if tool.lower() in DOMAIN_TOOLS:
             return self._decide_domain(tool, target)
         for decision, rules in (("deny", self.deny), ("allow", self.allow), ("ask", self.ask)):
@@ -302,40 +325,50 @@ class PermissionPolicy(Sparse):
                 return decision  # type: ignore[return-value]
         return self.default
 
-    def decide_both(self, tool: str, target: str | None) -> tuple[Decision, Decision]:
-        """``decide`` by today's rules and by the legacy ones, judging a shell line once.
+    def decide_eras(self, tool: str, target: str | None) -> tuple[Decision, Decision, Decision]:
+        """``decide`` in every era, judging a shell line once.
 
         Returns:
-            Today's decision, then the legacy one (equal but for a shell line).
+            Today's decision, the ``unseen`` one and the ``legacy`` one (equal but for a
+            shell line).
         """
         if tool.lower() not in COMMAND_TOOLS or target is None:
             decision = self.decide(tool, target)
-            return decision, decision
+            return decision, decision, decision
         reading = judge(target)
-        both = (
-            self._decide_line(tool, target, reading, legacy=False),
-            self._decide_line(tool, target, reading, legacy=True),
+        eras = (
+            self._decide_line(tool, target, reading, era="programs"),
+            self._decide_line(tool, target, reading, era="unseen"),
+            self._decide_line(tool, target, reading, era="legacy"),
         )
         if not self.within:
-            return both
-        outer = [rules.decide_both(tool, target) for rules in self.within]
-        return (
-            strictest([both[0], *(now for now, _ in outer)]),
-            strictest([both[1], *(legacy for _, legacy in outer)]),
-        )
+            return eras
+        outer = [rules.decide_eras(tool, target) for rules in self.within]
+        now, unseen, legacy = (strictest([eras[i], *(o[i] for o in outer)]) for i in range(3))
+        return now, unseen, legacy
 
-    def _decide_line(self, tool: str, line: str, reading: ShellLine, *, legacy: bool) -> Decision:
+    def decide_both(self, tool: str, target: str | None) -> tuple[Decision, Decision]:
+        """``decide_eras`` but today's, as runs recorded before ``shell-judge-programs`` decided
+        (``workflows.call_batch`` tells from them whether a call may be asked about)."""
+        _, unseen, legacy = self.decide_eras(tool, target)
+        return unseen, legacy
+
+    def _decide_line(self, tool: str, line: str, reading: ShellLine, *, era: Era) -> Decision:
         """A shell line, judged by every simple command in it (see the module docstring)."""
         name = tool.lower()
+        legacy, programs = era == "legacy", era == "programs"
         deny, allow, ask = (_matcher(rules, name) for rules in (self.deny, self.allow, self.ask))
         commands = reading.commands if legacy else reading.commands + reading.fed
+        commands += reading.ran if programs else ()
         # dict.fromkeys: each spelling is matched once, however often the line repeats it
         spellings = dict.fromkeys(" ".join(form) for command in commands for form in command.forms)
         if deny.matches(line) or any(deny.matches(text) for text in spellings):
             return "deny"
         plain = list(dict.fromkeys(command.text for command in reading.commands))
-        # a deny rule that could match what the line hides keeps every allow rule off
-        starts = {unseen.start for unseen in reading.unseen} if deny.patterns else set()
+        # a deny rule that could match what the line hides keeps every allow rule off; what a
+        # program runs, unless an allow rule names it
+        unseen = reading.unseen + tuple(u for u in reading.programs if programs and not allow.names(u))
+        starts = {u.start for u in unseen} if deny.patterns else set()
         if not legacy and any(deny.could_match(start) for start in starts):
             return self._ask_or_default(ask, plain, line)
         if allow.every and (reading.readable or not deny.patterns):

@@ -1,4 +1,5 @@
-"""Whether a permission pattern could match a command the judge saw only the start of.
+"""Whether a permission pattern could match a command the judge saw only the start of, and
+whether it names what a program runs.
 
 When a shell line hides part of what it runs (``git $x``: the judge sees ``git`` and
 not what ``$x`` holds), a deny rule must still win if it could match some command that
@@ -12,6 +13,12 @@ glob tokens as ``globs.translate`` (``extended=False``, as the rules use it) and
 ``:*`` suffix of ``permissions``: ``*`` and ``?`` do not cross ``/``, ``**`` does, and
 ``:*`` adds an optional blank or colon then anything. Both are RE2 expressions, linear
 in the text, so a long hidden start costs what matching its words costs.
+
+``names_program(pattern, program, command)`` is the exception ``permissions`` makes for a
+program whose code the judge cannot see (``shell_programs``): an allow rule names it when its
+pattern, without its ``:*``, is the words that name what runs (``python3 -m pytest``) or begins
+with them then a blank, and matches the command. Literal words: ``bash(python3 *:*)`` names no
+module, and ``bash(python3:*)`` names only the interpreter.
 
 Pure: no I/O.
 """
@@ -104,3 +111,26 @@ def could_match(pattern: str, start: str) -> bool:
         return True  # fail closed
     full, prefixes = compiled
     return full.fullmatch(start) is not None or prefixes.fullmatch(start + " ") is not None
+
+
+def names_program(pattern: str, program: tuple[str, ...], command: tuple[str, ...]) -> bool:
+    """Whether ``pattern`` names what a program runs (see the module docstring).
+
+    Args:
+        pattern: a rule's pattern, as written inside ``bash(…)``.
+        program: the words that name what the program runs (``Unseen.program``); none when
+            nothing may name it.
+        command: the command (the spelling) those words begin.
+
+    Returns:
+        True when the pattern is those words or begins with them and a blank, and matches
+        the command.
+    """
+    if not program:
+        return False
+    words = " ".join(program)
+    body = pattern[:-2] if pattern.endswith(":*") else pattern
+    if body != words and not body.startswith(words + " "):
+        return False
+    compiled = _compiled(pattern)
+    return compiled is not None and compiled[0].fullmatch(" ".join(command)) is not None

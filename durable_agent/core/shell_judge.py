@@ -27,7 +27,10 @@ decode to plain ASCII, ``$"…"``; control characters and unusual blanks.
 shell's script on stdin or in a file, a command word built when it runs, …;
 see ``shell_unseen``) and ``fed`` the commands of literal scripts the line
 feeds a shell on stdin, ``trap`` or ``script -c``, read for the deny rules.
-Both are apart from the rest, which reads as it did before them, for replays.
+Both are apart from the rest, which reads as it did before them, for replays;
+and so are ``programs`` and ``ran``, the same for what programs run (an
+interpreter's code, awk's ``system()``, sed's ``e``, a git alias, a pager in
+``git -c`` or ``GIT_PAGER``; see ``shell_programs``), read since them.
 
 ``readable`` is false when the judge may not have seen every command (the line
 does not parse, is too long or too deep), so that not even a rule without a
@@ -49,6 +52,7 @@ from dataclasses import dataclass, field
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
+from durable_agent.core import shell_programs
 from durable_agent.core.shell_commands import (
     EXPANSION,
     MAX_VOLUME,
@@ -58,7 +62,14 @@ from durable_agent.core.shell_commands import (
     command_forms,
     shell_script,
 )
-from durable_agent.core.shell_tree import command_parts, command_redirects, plain_variable, redirect_parts
+from durable_agent.core.shell_tree import (
+    ansi_c_again,
+    command_parts,
+    command_redirects,
+    heredoc_again,
+    plain_variable,
+    redirect_parts,
+)
 from durable_agent.core.shell_unseen import OTHER_SHELLS, Unseen, in_command, in_node, stdin_script
 from durable_agent.core.shell_words import CONTINUATION, decided_when_run, gap_edits, unescaped_newlines, word
 
@@ -125,6 +136,8 @@ class ShellLine:
     reasons: tuple[str, ...]
     unseen: tuple[Unseen, ...] = ()
     fed: tuple[SimpleCommand, ...] = ()
+    programs: tuple[Unseen, ...] = ()
+    ran: tuple[SimpleCommand, ...] = ()
 
 
 @dataclass
@@ -138,6 +151,8 @@ class _Reading:
     volume: int = 0  # see MAX_VOLUME
     unseen: list[Unseen] = field(default_factory=list)
     fed: list[tuple[str, int]] = field(default_factory=list)
+    programs: list[Unseen] = field(default_factory=list)
+    ran: list[tuple[str, int]] = field(default_factory=list)
 
     def opaque(self, reason: str) -> None:
         if reason not in self.reasons:
@@ -156,15 +171,16 @@ def judge(line: str) -> ShellLine:
     commands = tuple(reading.commands)
     if not commands:
         reading.opaque("no command")
-    # Scripts fed to a shell are read apart, so that what the line itself runs reads as before.
-    fed, pending = _Reading(), reading.fed
-    while pending:
-        fed.nested, fed.fed = pending, []
-        _read_nested(fed)
-        pending = fed.fed
+    # Scripts fed to a shell are read apart, so that what the line itself runs reads as before;
+    # scripts programs run (``shell_programs``) apart from both, for the same reason.
+    fed, later = _read_apart(reading.fed, programs_too=False)
+    ran, _ = _read_apart(reading.ran + later, programs_too=True)
     unseen = reading.unseen + fed.unseen
     if not fed.readable:
         unseen.append(Unseen("", "a script fed to a shell could not be read: " + ", ".join(fed.reasons)))
+    programs = reading.programs + fed.programs + ran.unseen + ran.programs
+    if not ran.readable:
+        programs.append(Unseen("", "a script a program runs could not be read: " + ", ".join(ran.reasons)))
     return ShellLine(
         commands,
         not reading.reasons,
@@ -172,7 +188,23 @@ def judge(line: str) -> ShellLine:
         tuple(reading.reasons),
         tuple(dict.fromkeys(unseen)),
         tuple(fed.commands),
+        tuple(dict.fromkeys(programs)),
+        tuple(ran.commands),
     )
+
+
+def _read_apart(
+    pending: list[tuple[str, int]], *, programs_too: bool
+) -> tuple[_Reading, list[tuple[str, int]]]:
+    """Scripts read apart from the line, and the scripts they feed a shell in turn; with
+    ``programs_too``, the scripts programs run in them too, else those are returned."""
+    apart, later = _Reading(), []
+    while pending:
+        apart.nested, apart.fed, apart.ran = pending, [], []
+        _read_nested(apart)
+        pending = apart.fed + apart.ran if programs_too else apart.fed
+        later += [] if programs_too else apart.ran
+    return apart, later
 
 
 def _read_nested(reading: _Reading) -> None:
@@ -261,6 +293,10 @@ def _check_node(node: Node, data: bytes, level: int, reading: _Reading) -> None:
         reading.opaque(kind)
         if (unseen := in_node(node, data)) is not None:
             reading.unseen.append(unseen)
+        if kind == "variable_assignment":
+            unseen_too, ran = shell_programs.in_assignment(node, data)
+            reading.programs += unseen_too
+            reading.ran += [(script, level + 1) for script in ran]
     if kind == "command":
         heredoc = any(child.type == "heredoc_redirect" for child in node.children)
         redirects = command_redirects(node)
@@ -286,48 +322,17 @@ def _check_node(node: Node, data: bytes, level: int, reading: _Reading) -> None:
         reading.opaque("arithmetic")
     elif kind == "compound_statement" and not data[node.start_byte + 1 : node.start_byte + 2].isspace():
         reading.unreadable("does not parse")  # a ``{`` group: bash reads ``{pa;}`` as a command ``{pa``
-    elif kind == "ansi_c_string":
-        _check_ansi_c(node, data, level, reading)
-    elif kind == "heredoc_body" and b"`" in data[node.start_byte : node.end_byte]:
-        _check_heredoc(node, data, level, reading)
+    elif kind == "ansi_c_string" and (again := ansi_c_again(node, data)) is not None:
+        reading.unreadable("does not parse")
+        reading.nested += [(text, level + 1) for text in again]
+    elif kind == "heredoc_body" and (body := heredoc_again(node, data)) is not None:
+        reading.unreadable("does not parse")
+        reading.nested.append((body, level + 1))
     elif kind == "command_substitution" and node.children[0].type == "`":
         # bash unescapes \` \\ \$ in backticks and parses the rest again
         inner = data[node.children[0].end_byte : node.children[-1].start_byte]
         if b"\\" in inner:
             reading.nested.append((re.sub(rb"\\([\\`$])", rb"\1", inner).decode(errors="replace"), level + 1))
-
-
-def _check_heredoc(body: Node, data: bytes, level: int, reading: _Reading) -> None:
-    """tree-sitter-bash 0.25 leaves backticks in a here-doc as text; bash runs them.
-
-    Unless the delimiter is quoted, read the body again as a double-quoted
-    string, where backticks run alike.
-    """
-    parent = body.parent
-    starts = [c for c in (parent.children if parent is not None else []) if c.type == "heredoc_start"]
-    delimiter = data[starts[0].start_byte : starts[0].end_byte] if starts else b"'"
-    if any(quote in delimiter for quote in (b"'", b'"', b"\\")):
-        return
-    reading.unreadable("does not parse")
-    text = data[body.start_byte : body.end_byte].replace(b'"', b'\\"')
-    reading.nested.append(((b': "' + text + b'"').decode(errors="replace"), level + 1))
-
-
-def _check_ansi_c(node: Node, data: bytes, level: int, reading: _Reading) -> None:
-    """Whether tree-sitter ended ``$'…'`` where bash does; if not, read the line again as bash would.
-
-    tree-sitter-bash 0.25 takes ``\\'`` in ``$'\\' ; curl x #'`` for an escaped
-    quote and runs the string on; bash ends it after ``\\``.
-    """
-    i = node.start_byte + 2
-    while i < len(data) and data[i] != ord("'"):
-        i += 2 if data[i] == ord("\\") else 1
-    if i + 1 == node.end_byte:
-        return
-    reading.unreadable("does not parse")
-    if i < len(data):  # what bash reads after the string, behind a harmless stand-in for it
-        fixed = data[: node.start_byte] + b"''" + data[i + 1 :]
-        reading.nested.append((fixed.decode(errors="replace"), level + 1))
 
 
 def _read_command(
@@ -397,6 +402,6 @@ def _read_command(
     unseen, fed = in_command(forms, dynamic, stdin)
     reading.unseen += unseen
     reading.fed += [(script, level + 1) for script in fed]
-
-
-# --- the spellings a deny rule sees ------------------------------------------
+    unseen, ran = shell_programs.in_command(forms, dynamic)
+    reading.programs += unseen
+    reading.ran += [(script, level + 1) for script in ran]

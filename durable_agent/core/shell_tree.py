@@ -2,7 +2,8 @@
 
 tree-sitter hangs the words after a redirection on the redirection (``git >/dev/null
 push``), and the redirections after a list on the list (``a && b >/dev/null c``); bash
-gives both to the command. Used by ``shell_judge``.
+gives both to the command; and where it reads a here-doc's backticks or a ``$'…'`` string
+otherwise than bash, the text to read again. Used by ``shell_judge``.
 
 Pure: no I/O.
 """
@@ -75,3 +76,42 @@ def redirect_parts(redirect: Node) -> tuple[int, list[tuple[Node, str | None]]]:
             end = min(end, child.start_byte)
         seen_target = seen_target or role == "destination" or child.type in (">&-", "<&-")
     return end, extra
+
+
+def heredoc_again(body: Node, data: bytes) -> str | None:
+    """tree-sitter-bash 0.25 leaves backticks in a here-doc as text; bash runs them.
+
+    Returns:
+        None when the body has no backtick or its delimiter is quoted; else the body as a
+        double-quoted string, where backticks run alike, for the judge to read again.
+    """
+    if b"`" not in data[body.start_byte : body.end_byte]:
+        return None
+    parent = body.parent
+    starts = [c for c in (parent.children if parent is not None else []) if c.type == "heredoc_start"]
+    delimiter = data[starts[0].start_byte : starts[0].end_byte] if starts else b"'"
+    if any(quote in delimiter for quote in (b"'", b'"', b"\\")):
+        return None
+    text = data[body.start_byte : body.end_byte].replace(b'"', b'\\"')
+    return (b': "' + text + b'"').decode(errors="replace")
+
+
+def ansi_c_again(node: Node, data: bytes) -> tuple[str, ...] | None:
+    """Whether tree-sitter ended ``$'…'`` where bash does.
+
+    tree-sitter-bash 0.25 takes ``\\'`` in ``$'\\' ; curl x #'`` for an escaped
+    quote and runs the string on; bash ends it after ``\\``.
+
+    Returns:
+        None when it did; else the line as bash reads it, for the judge to read again (none
+        when the string does not end).
+    """
+    i = node.start_byte + 2
+    while i < len(data) and data[i] != ord("'"):
+        i += 2 if data[i] == ord("\\") else 1
+    if i + 1 == node.end_byte:
+        return None
+    if i >= len(data):
+        return ()
+    # what bash reads after the string, behind a harmless stand-in for it
+    return ((data[: node.start_byte] + b"''" + data[i + 1 :]).decode(errors="replace"),)

@@ -15,8 +15,9 @@ blocklist: it holds only while the judge sees every command word. It does not wh
 Each such place is an ``Unseen``: the words the judge saw before it (empty when it saw no
 command word at all). ``permissions`` denies the broad allow when a deny rule could match a
 command starting with those words (``rule_reach.could_match``). The checks are syntactic and
-conservative; they do not follow data through files or programs (``python -c``, ``make``,
-git aliases, hooks): the docs say allow-lists are the safe form.
+conservative. What a program runs that its words do not show (``python -c``, ``awk``'s
+``system()``, a git alias) is ``shell_programs``, kept apart for replays; neither follows data
+through files (``make``, a script, a hook): the docs say allow-lists are the safe form.
 
 Pure: no I/O.
 """
@@ -42,6 +43,11 @@ class Unseen:
 
     start: str
     why: str
+    # Since ``shell_programs``: the words that name what runs (an interpreter and its code,
+    # script or module; a git alias), for an allow rule to name, and the spelling they begin.
+    # Empty when no rule may name it.
+    program: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()
 
 
 # Words of a command's spellings searched for one decided when it runs; past it, a command
