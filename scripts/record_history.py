@@ -25,6 +25,7 @@ histories): ::
     python scripts/record_history.py subagents tests/histories/agent_run_subagents_v10.json
     python scripts/record_history.py approval tests/histories/agent_run_approval_v11.json
     python scripts/record_history.py shell-programs tests/histories/agent_run_shell_programs_v12.json
+    python scripts/record_history.py approval tests/histories/agent_run_approval_v12.json
 
 ``*_v1`` were recorded before linear history (the run loaded its session and
 passed its conversation to its activities); they replay through the
@@ -68,7 +69,10 @@ host, each output names its host, and the run's end asks ``agent.workspace_chang
 activity) for its change set.
 
 ``*_v12``: recorded on the workflow whose first task asks ``shell-judge-programs`` and
-``stamps-fixed-by-history`` too (issue 38).
+``stamps-fixed-by-history`` too (issue 38). Under the latter, every time a workflow task stamps is
+one the history fixes (``workflows/calls.py``, ``StepClock``): the approved ``ls`` of
+``agent_run_approval_v12.json`` runs as an ordinary activity, since the task that took the
+person's decision holds no such time (in ``_v11`` it was a local one).
 
 ``basic``: two reads, an unknown tool and a path outside the workspace.
 ``approval``: a call that waits for a person and is approved through the
