@@ -143,8 +143,9 @@ class StepClock:
 
     def keep(self, held: tuple[int, float]) -> None:
         """Hold ``held``'s time on, when the workflow task changed since (a local activity outlasted
-        its task): the task it was taken in was completed early, and its time is in the history."""
-        if self.fixed and held[1] != workflow.now().timestamp():
+        its task): the task it was taken in was completed early, and its time is in the history.
+        A time the activity's result brought (``_stamped``) is held instead, as in any task."""
+        if self.fixed and held[1] != workflow.now().timestamp() and not self.pinned():
             self._pinned = (held[0], workflow.now().timestamp())
 
 
