@@ -197,7 +197,6 @@ STAY_ALLOWED_TOO = [
     "make test",
     "pytest -q",
     "npm run build",
-    "./x.sh",
     "X=1 ls",
 ]
 

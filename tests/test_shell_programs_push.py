@@ -1,5 +1,6 @@
 """Issue 38, end to end: ``python3 -c 'import os; os.system("git push")'`` under ``allow = ["bash"]``
-and ``deny = ["bash(git push:*)"]`` no longer pushes.
+and ``deny = ["bash(git push:*)"]`` no longer pushes; nor does a script the model wrote and runs
+by its path (``./x.sh``), nor a runner given ``git push`` as words (``npm exec -- git push``).
 
 Against the dev server, with a real repository whose ``origin`` is a bare repository one commit
 behind it, and the ``bash`` tool run on the worker's machine (``[sandbox] kind = "none"``, so
@@ -33,7 +34,12 @@ from tests.helpers import (
 from tests.test_approvals import decide
 
 PUSH = """python3 -c 'import os; os.system("git push")'"""
-RULES = {"allow": ["bash"], "deny": ["bash(git push:*)"]}
+RULES = {"allow": ["bash", "write"], "deny": ["bash(git push:*)"]}
+# A script the model writes with the ``write`` tool, then runs by its path; and a runner that runs
+# a command given as words (``npm exec``, installed here where ``uv`` may not be).
+SCRIPT = [tool_call("w1", "write", file_path="x.sh", content="#!/bin/sh\ngit push -q\n")]
+BY_PATH = "chmod +x x.sh && ./x.sh"
+RUNNER = "npm exec --no -- git push -q"
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -68,13 +74,16 @@ def unseen_era(policy: PermissionPolicy, tool: str, target: str | None) -> Decis
     return policy.decide(tool, target, era="unseen")
 
 
-async def run_push(client: Client, tmp_path: Path, default: str) -> tuple[str, list[AgentEvent], str, str]:
-    """Runs the line once; the run's status, its events, and the remote's head before and after."""
+async def run_push(
+    client: Client, tmp_path: Path, default: str, line: str = PUSH, first: tuple[dict[str, object], ...] = ()
+) -> tuple[str, list[AgentEvent], str, str]:
+    """Runs the line once (after the calls ``first``); the run's status, its events, and the
+    remote's head before and after."""
     ws, remote = repository(tmp_path)
     before = remote_head(remote)
     config = scripted_config(
         tmp_path,
-        [tool_call("b1", "bash", command=PUSH), final("done")],
+        [*first, tool_call("b1", "bash", command=line), final("done")],
         permissions={**RULES, "default": default},
         sandbox={"kind": "none"},
     )
@@ -110,6 +119,27 @@ async def test_the_judge_before_let_it_push(
 ) -> None:
     monkeypatch.setattr(shell_gate, "decide_call", unseen_era)
     status, events, before, after = await run_push(client, tmp_path, "deny")
+    assert status == "completed"
+    assert not [e for e in events if isinstance(e, PermissionDeniedEvent)]
+    assert after != before and after == git(tmp_path / "ws", "rev-parse", "HEAD")  # pushed
+
+
+@pytest.mark.parametrize(("line", "first"), [(BY_PATH, SCRIPT), (RUNNER, [])], ids=["by-path", "runner"])
+async def test_a_script_by_its_path_or_a_runner_does_not_push(
+    client: Client, tmp_path: Path, line: str, first: list[dict[str, object]]
+) -> None:
+    status, events, before, after = await run_push(client, tmp_path, "deny", line, tuple(first))
+    assert status == "completed"
+    assert [e.id for e in events if isinstance(e, PermissionDeniedEvent)] == ["b1"]
+    assert after == before
+
+
+@pytest.mark.parametrize(("line", "first"), [(BY_PATH, SCRIPT), (RUNNER, [])], ids=["by-path", "runner"])
+async def test_the_judge_before_let_a_script_or_a_runner_push(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, first: list[dict[str, object]]
+) -> None:
+    monkeypatch.setattr(shell_gate, "decide_call", unseen_era)
+    status, events, before, after = await run_push(client, tmp_path, "deny", line, tuple(first))
     assert status == "completed"
     assert not [e for e in events if isinstance(e, PermissionDeniedEvent)]
     assert after != before and after == git(tmp_path / "ws", "rev-parse", "HEAD")  # pushed

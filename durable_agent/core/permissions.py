@@ -49,9 +49,10 @@ spaces (``'git'  "status"`` is ``git status``).
   ``docs/shell-rules.md`` lists it): an interpreter's code, script, module or
   stdin (``python3 -c …``, ``perl -e``, ``node -e``, ``python3 -m x``), awk's
   ``system()``, sed's ``e``, a git alias (start ``git``), ``git -c`` config and
-  variables that may run a command; where the line holds that command
-  (``GIT_PAGER=…``, ``git rebase --exec …``), it is read for the deny rules
-  instead. Except where an allow rule names what the program runs: its
+  variables that may run a command, a script run by its path (``./x.sh``, not
+  ``/usr/bin/git``); where the line holds that command (``GIT_PAGER=…``, ``git
+  rebase --exec …``, a runner's: ``uv run git push``, ``npx …``), it is read for
+  the deny rules instead (``shell_runners``). Except where an allow rule names what the program runs: its
   pattern, without ``:*``, is the unseen place's ``program`` words or begins
   with them then a blank, and it matches the command (``bash(python3 -m
   pytest:*)``, ``bash(python3 tools/gen.py)``); ``bash(python3:*)`` and
@@ -93,7 +94,7 @@ repository's config can name commands (``core.fsmonitor``, ``core.pager``),
 and an alias in it runs what it says. Globs in arguments are left to bash
 (``rm *`` can expand to ``-rf``); deny rules see spellings, not option orders
 (``rm -fr`` is not ``rm -rf``); a program may run the workspace's files without
-being given code on the line (``make``, ``npm run``, ``pytest``, ``./x.sh``, a
+being given code or a script on the line (``make``, ``npm run``, ``pytest``, a
 git hook), which no reading of the line sees. So deny rules under a broad
 ``bash`` allow are a blocklist that data flow defeats (a file written by one
 call and run by the next, a git alias or hook in the repository's config);

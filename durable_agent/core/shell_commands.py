@@ -2,6 +2,8 @@
 same command a deny rule sees (a path's last part, a wrapper's command, git without its
 global options, ``find -exec``'s command, an expansion in the name left out), and the
 commands that run or change text the rules do not see (``eval``, ``sh -c``, ``printf -v``).
+Runners (``uv run``, ``npx``…) are read since ``shell_runners``, apart, so that these
+spellings stay as every era read them.
 
 Pure: no I/O.
 """

@@ -30,7 +30,8 @@ feeds a shell on stdin, ``trap`` or ``script -c``, read for the deny rules.
 Both are apart from the rest, which reads as it did before them, for replays;
 and so are ``programs`` and ``ran``, the same for what programs run (an
 interpreter's code, awk's ``system()``, sed's ``e``, a git alias, a pager in
-``git -c`` or ``GIT_PAGER``; see ``shell_programs``), read since them.
+``git -c`` or ``GIT_PAGER``, a runner's command, a script run by its path; see
+``shell_programs`` and ``shell_runners``), read since them.
 
 ``readable`` is false when the judge may not have seen every command (the line
 does not parse, is too long or too deep), so that not even a rule without a

@@ -22,8 +22,11 @@ its options and its code, script or module (``python3 -m pytest``, ``python3 too
 ``permissions`` lets an allow rule that names those words allow the line (``bash(python3 -m
 pytest:*)``), and no rule that names only the interpreter (``bash(python3:*)``, ``bash``).
 
-Not covered: programs that run the workspace's files without being given code on the line
-(``make``, ``pytest``, ``npm run``, ``./x.sh``, git hooks); the docs say so.
+Runners that run a command given as words (``uv run``, ``npx``…) and scripts run by their path
+(``./x.sh``) are ``shell_runners``'.
+
+Not covered: programs that run the workspace's files without being given code or a script on
+the line (``make``, ``pytest``, ``npm run``/``npm test``, git hooks); the docs say so.
 
 Pure: no I/O.
 """
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from durable_agent.core.shell_git import in_git, in_variable, words
+from durable_agent.core.shell_runners import RUNNERS, by_path, in_path, in_runner, path_spellings
 from durable_agent.core.shell_sed import sed_options, sed_runs
 from durable_agent.core.shell_unseen import Unseen
 from durable_agent.core.shell_words import decided_when_run, word
@@ -201,11 +205,16 @@ def in_command(forms: tuple[tuple[str, ...], ...], dynamic: frozenset[str]) -> t
     Returns:
         The unseen places, and the literal scripts programs hand a shell (read for the rules).
     """
-    unseen: list[Unseen] = []
+    unseen: list[Unseen] = in_path(forms, dynamic)
     ran: list[str] = []
+    paths = path_spellings(forms) if unseen else {}
     for form in forms:
-        name = form[0]
-        if "=" in name or name in _ASSIGNERS:
+        name, before = form[0], len(unseen)
+        if name in RUNNERS or name in ("nix", "nix-shell"):
+            found, scripts = in_runner(form, dynamic)  # ``uv run git push`` (``shell_runners``)
+            unseen += found
+            ran += scripts
+        elif "=" in name or name in _ASSIGNERS:
             # ``sudo GIT_PAGER=x git log`` (a wrapper's words), ``env``, ``export``
             for w in form if "=" in name else form[1:]:
                 if (match := _ASSIGNMENT.fullmatch(w)) is not None:
@@ -226,6 +235,8 @@ def in_command(forms: tuple[tuple[str, ...], ...], dynamic: frozenset[str]) -> t
             family = next((f for pattern, f in _INTERPRETERS if pattern.fullmatch(name)), None)
             if family is not None:
                 unseen += _interpreter(form, dynamic, family)
+        if form in paths:
+            unseen[before:] = by_path(unseen[before:], paths[form])
     return unseen, list(dict.fromkeys(ran))
 
 
