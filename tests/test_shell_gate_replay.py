@@ -69,6 +69,23 @@ def markers(history: WorkflowHistory, patch: str = PATCH_SHELL_UNSEEN) -> int:
     )
 
 
+async def assert_replays_only_through_the_gate(
+    history: WorkflowHistory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Today's code, under Temporal's sandbox, replays ``history`` (the gate keeps the old
+    decision); without the gate it no longer does, since the decision is taken in workflow code."""
+    replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert replay.replay_failure is None, replay.replay_failure
+    monkeypatch.setattr(shell_gate, "decide_call", new_decide)
+    ungated = Replayer(
+        workflows=[AgentRun],
+        data_converter=pydantic_data_converter,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    broken = await ungated.replay_workflow(history, raise_on_replay_failure=False)
+    assert broken.replay_failure is not None
+
+
 def workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -96,19 +113,7 @@ async def test_a_run_recorded_before_replays_its_old_decision(
     events = [r.event for r in sink.exports[-1].open().source_run().events]
     assert [e.id for e in events if isinstance(e, ConfirmationRequiredEvent)] == ["b1"]
 
-    # today's code, under Temporal's sandbox, replays it: the gate keeps the old decision
-    replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
-    assert replay.replay_failure is None, replay.replay_failure
-
-    # without the gate the same history no longer replays: the decision is taken in workflow code
-    monkeypatch.setattr(shell_gate, "decide_call", new_decide)
-    ungated = Replayer(
-        workflows=[AgentRun],
-        data_converter=pydantic_data_converter,
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    )
-    broken = await ungated.replay_workflow(history, raise_on_replay_failure=False)
-    assert broken.replay_failure is not None
+    await assert_replays_only_through_the_gate(history, monkeypatch)
 
 
 async def test_a_new_run_takes_the_new_decision_and_records_the_patch(client: Client, tmp_path: Path) -> None:
@@ -170,19 +175,7 @@ async def test_a_run_recorded_before_programs_were_read_replays_its_old_decision
     assert [e.id for e in events if isinstance(e, ToolEndEvent)] == ["p1"]  # it ran
     assert not [e for e in events if isinstance(e, PermissionDeniedEvent)]
 
-    # today's code, under Temporal's sandbox, replays it: the gate keeps the old decision
-    replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
-    assert replay.replay_failure is None, replay.replay_failure
-
-    # without the gate the same history no longer replays
-    monkeypatch.setattr(shell_gate, "decide_call", new_decide)
-    ungated = Replayer(
-        workflows=[AgentRun],
-        data_converter=pydantic_data_converter,
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    )
-    broken = await ungated.replay_workflow(history, raise_on_replay_failure=False)
-    assert broken.replay_failure is not None
+    await assert_replays_only_through_the_gate(history, monkeypatch)
 
 
 async def test_a_new_run_takes_the_programs_decision(client: Client, tmp_path: Path) -> None:
