@@ -27,7 +27,9 @@ Pure: no I/O.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from durable_agent.core.shell_git import words
 from durable_agent.core.shell_unseen import Unseen
@@ -85,59 +87,62 @@ _CONDA = _runner(
     "-n --name -p --prefix --cwd -r --root-prefix",
 )  # fmt: skip
 _NPM = "-y --yes --no -q --quiet --silent --ignore-existing --workspaces -ws --include-workspace-root"
-RUNNERS: dict[str, _Runner] = {
-    "uv": _runner(
-        "run",
-        _UV_FLAGS,
-        _UV_VALUED,
-        python=True,
-        module="-m --module",
-        script="-s --script --gui-script",
-    ),
-    "uvx": _runner("", _UV_FLAGS, _UV_VALUED),
-    "npx": _runner("", _NPM, "-p --package", scripts="-c --call"),
-    "poetry": _runner(
-        "run",
-        "-q --quiet -v -vv -vvv --verbose -n --no-interaction --no-ansi --ansi --no-plugins --no-cache",
-        "-C --directory -P --project",
-    ),
-    "pipx": _runner(
-        "run",
-        "--no-cache --pypackages --system-site-packages -v --verbose -q --quiet --path",
-        "--spec --python --index-url -i --pip-args",
-        python=True,
-    ),
-    "pdm": _runner(
-        "run",
-        "-g --global -v --verbose -q --quiet -s --site-packages --recreate",
-        "-p --project --venv --skip",
-        python=True,
-    ),
-    "hatch": _runner(
-        "run", "-v --verbose -q --quiet --no-interactive --no-color --color", "-e --env -p --project"
-    ),
-    "rye": _runner("run", "-v --verbose -q --quiet", "--pyproject"),
-    "conda": _CONDA,
-    "mamba": _CONDA,
-    "micromamba": _CONDA,
-    "bunx": _runner("", "--bun -q --quiet", "-p --package"),
-    "pnpm": _runner(
-        "exec dlx",
-        "-r --recursive --parallel -w --workspace-root -s --silent --no-reporter-hide-prefix",
-        "-C --dir -F --filter --reporter --package",
-        shell="-c --shell-mode",
-    ),
-    "yarn": _runner("exec dlx", "-q --quiet", "-p --package", joined=True),
-    "npm": _runner("exec x", _NPM, "-p --package -w --workspace --prefix", scripts="-c --call"),
-    "direnv": _runner("exec", "", "", skip=1),
-    "flock": _runner(
-        "",
-        "-s --shared -x -e --exclusive -u --unlock -n --nb --nonblock -o --close -F --no-fork --verbose",
-        "-w --timeout -E --conflict-exit-code",
-        scripts="-c --command",
-        skip=1,
-    ),
-}
+# read-only: core modules keep no state between runs (tests/test_layers.py)
+RUNNERS: Mapping[str, _Runner] = MappingProxyType(
+    {
+        "uv": _runner(
+            "run",
+            _UV_FLAGS,
+            _UV_VALUED,
+            python=True,
+            module="-m --module",
+            script="-s --script --gui-script",
+        ),
+        "uvx": _runner("", _UV_FLAGS, _UV_VALUED),
+        "npx": _runner("", _NPM, "-p --package", scripts="-c --call"),
+        "poetry": _runner(
+            "run",
+            "-q --quiet -v -vv -vvv --verbose -n --no-interaction --no-ansi --ansi --no-plugins --no-cache",
+            "-C --directory -P --project",
+        ),
+        "pipx": _runner(
+            "run",
+            "--no-cache --pypackages --system-site-packages -v --verbose -q --quiet --path",
+            "--spec --python --index-url -i --pip-args",
+            python=True,
+        ),
+        "pdm": _runner(
+            "run",
+            "-g --global -v --verbose -q --quiet -s --site-packages --recreate",
+            "-p --project --venv --skip",
+            python=True,
+        ),
+        "hatch": _runner(
+            "run", "-v --verbose -q --quiet --no-interactive --no-color --color", "-e --env -p --project"
+        ),
+        "rye": _runner("run", "-v --verbose -q --quiet", "--pyproject"),
+        "conda": _CONDA,
+        "mamba": _CONDA,
+        "micromamba": _CONDA,
+        "bunx": _runner("", "--bun -q --quiet", "-p --package"),
+        "pnpm": _runner(
+            "exec dlx",
+            "-r --recursive --parallel -w --workspace-root -s --silent --no-reporter-hide-prefix",
+            "-C --dir -F --filter --reporter --package",
+            shell="-c --shell-mode",
+        ),
+        "yarn": _runner("exec dlx", "-q --quiet", "-p --package", joined=True),
+        "npm": _runner("exec x", _NPM, "-p --package -w --workspace --prefix", scripts="-c --call"),
+        "direnv": _runner("exec", "", "", skip=1),
+        "flock": _runner(
+            "",
+            "-s --shared -x -e --exclusive -u --unlock -n --nb --nonblock -o --close -F --no-fork --verbose",
+            "-w --timeout -E --conflict-exit-code",
+            scripts="-c --command",
+            skip=1,
+        ),
+    }
+)
 # A system directory: a command there is named by its last part, as in the eras before.
 _SYSTEM = (
     "/bin/",
