@@ -41,11 +41,9 @@ from tree_sitter import Node
 from durable_agent.core.shell_git import in_git, in_variable, words
 from durable_agent.core.shell_runners import RUNNERS, by_path, in_path, in_runner, path_spellings
 from durable_agent.core.shell_sed import sed_options, sed_runs
-from durable_agent.core.shell_unseen import Unseen
+from durable_agent.core.shell_unseen import ASSIGNERS, Unseen
 from durable_agent.core.shell_words import decided_when_run, word
 
-# Commands whose ``NAME=value`` words set variables (as in ``shell_unseen``).
-_ASSIGNERS = frozenset({"env", "export", "declare", "typeset", "local", "readonly"})
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\+?=(.*)", re.DOTALL)
 
 
@@ -172,7 +170,8 @@ _BUN_QUIET = words(
     "install i add a remove rm update upgrade test build pm init link unlink outdated publish patch "
     "patch-commit audit info why completions help"
 )
-_RUNNERS = _family(
+# deno's and bun's global options, by what they take
+_DENO_BUN = _family(
     code="-e --eval -p --print",
     valued="-c --config --import-map --lock --cert --location --seed --v8-flags --ext --env-file -L "
     "--log-level",
@@ -214,7 +213,7 @@ def in_command(forms: tuple[tuple[str, ...], ...], dynamic: frozenset[str]) -> t
             found, scripts = in_runner(form, dynamic)  # ``uv run git push`` (``shell_runners``)
             unseen += found
             ran += scripts
-        elif "=" in name or name in _ASSIGNERS:
+        elif "=" in name or name in ASSIGNERS:
             # ``sudo GIT_PAGER=x git log`` (a wrapper's words), ``env``, ``export``
             for w in form if "=" in name else form[1:]:
                 if (match := _ASSIGNMENT.fullmatch(w)) is not None:
@@ -230,7 +229,7 @@ def in_command(forms: tuple[tuple[str, ...], ...], dynamic: frozenset[str]) -> t
         elif name in ("sed", "gsed"):
             unseen += _sed(form, dynamic)
         elif name in ("deno", "bun"):
-            unseen += _runner(form, dynamic)
+            unseen += _deno_or_bun(form, dynamic)
         elif name[:1] in _FIRST:
             family = next((f for pattern, f in _INTERPRETERS if pattern.fullmatch(name)), None)
             if family is not None:
@@ -320,14 +319,14 @@ def _option(word: str, family: _Family) -> tuple[str | None, bool]:
     return "flags", False
 
 
-def _runner(form: tuple[str, ...], dynamic: frozenset[str]) -> list[Unseen]:
+def _deno_or_bun(form: tuple[str, ...], dynamic: frozenset[str]) -> list[Unseen]:
     """deno and bun: code given inline, a script, a REPL; not their other subcommands."""
     name = form[0]
     if all(w in ("--version", "-v", "-V", "--help", "-h") for w in form[1:]):
         return [] if len(form) > 1 or name == "bun" else [Unseen("", "deno starts a REPL on stdin", (), form)]
     at, code = 1, False  # the subcommand (or script): the first word after the global options
     while at < len(form) and form[at].startswith("-"):
-        kind, takes_next = _option(form[at], _RUNNERS)
+        kind, takes_next = _option(form[at], _DENO_BUN)
         code = code or kind == "code"
         at += 2 if takes_next else 1
     sub = form[at] if at < len(form) else None
@@ -335,9 +334,9 @@ def _runner(form: tuple[str, ...], dynamic: frozenset[str]) -> list[Unseen]:
     if not code and (sub in quiet or (sub is None and name == "bun")):
         return []
     if code or sub is None:
-        program = _program(form, _RUNNERS) if code else ()
+        program = _program(form, _DENO_BUN) if code else ()
     elif sub in ("eval", "run", "serve", "x", "exec", "repl"):
-        program = _program(form, _RUNNERS, at + 1)
+        program = _program(form, _DENO_BUN, at + 1)
     else:
         program = form[: at + 1]  # ``deno main.ts``: a script
     why = f"{name} runs code the judge cannot see"

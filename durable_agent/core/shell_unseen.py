@@ -63,7 +63,7 @@ _CODE_VARIABLE = re.compile(
     r"BASH_ENV|ENV|PS[0-4]|PROMPT_COMMANDS?|SHELLOPTS|BASHOPTS|BASH_FUNC_.*", re.DOTALL
 )
 # Commands whose words set variables named ``NAME=value``.
-_ASSIGNERS = frozenset({"env", "export", "declare", "typeset", "local", "readonly"})
+ASSIGNERS = frozenset({"env", "export", "declare", "typeset", "local", "readonly"})
 # A reference to a variable's value inside arithmetic (``$#``, ``$?``, ``$$``, ``$!`` are numbers).
 _VARIABLE_REFERENCE = re.compile(r"[A-Za-z_]|\$(?![#?$!])")
 _ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
@@ -146,7 +146,7 @@ def _variables(name: str, args: tuple[str, ...]) -> list[Unseen]:
     """A variable bash runs as code set by ``name``, or an array element it names (its subscript
     is arithmetic, which runs the substitutions a variable holds)."""
     names = _named_variables(name, args)
-    if name in _ASSIGNERS:
+    if name in ASSIGNERS:
         names += [w.split("=", 1)[0] for w in args if "=" in w]
     for variable in names:
         base = re.split(r"\+?=|\[|%%", variable, maxsplit=1)[0]
