@@ -14,6 +14,7 @@ re-run meets. Real Temporal, real worker processes killed by their sink, a scrip
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,15 @@ DYING = str(REPO_ROOT / "tests" / "dying_sink_worker.py")
 KEY_VARIABLE = "AGENT_TEST_STAMPS_CODEC_KEY"
 
 
+async def died_after(proc: subprocess.Popen[bytes], turn: int) -> None:
+    """Wait for the worker ``proc`` to die by its sink, right after turn ``turn``'s export."""
+
+    async def died() -> bool:
+        return proc.poll() is not None
+
+    await until(f"the first worker to die after turn {turn}'s export", died, 45)
+
+
 def export_events(path: Path) -> list[AgentEvent]:
     """The events of the exported run, in order."""
     return [record.event for record in read_export_file(path).open().source_run().events]
@@ -63,10 +73,7 @@ async def test_a_local_checkpoint_outlasting_its_task_then_a_lost_task_exports_t
             client, AgentRunInput(prompt="read the files", workspace=str(workspace)), queue=procs.queue
         )
 
-        async def died() -> bool:
-            return dying.poll() is not None
-
-        await until("the first worker to die after turn 2's export", died, 45)
+        await died_after(dying, 2)
         assert len(export_files(sink_root)) == 2
         other = procs.start()
         result = await check_recovered_run(handle, sink_root, (dying.pid, other.pid))
@@ -95,10 +102,7 @@ async def test_a_signal_in_the_re_run_of_a_lost_task_is_recorded_after_its_expor
             keyed, AgentRunInput(prompt="read the files", workspace=str(workspace)), queue=procs.queue
         )
 
-        async def died() -> bool:
-            return dying.poll() is not None
-
-        await until("the first worker to die after turn 3's export", died, 45)
+        await died_after(dying, 3)
         await client.get_workflow_handle(handle.id).signal("cancel")  # bare: no payload at all
         other = procs.start()
         result = await check_recovered_run(handle, sink_root, (dying.pid, other.pid))
@@ -128,10 +132,7 @@ async def test_an_approved_read_whose_task_is_lost_exports_the_same_bytes(
         approve = ApprovalDecision(call_id="r1", approved=True, reason="fine")
         approving = asyncio.create_task(handle.execute_update("approve", approve))
 
-        async def died() -> bool:
-            return dying.poll() is not None
-
-        await until("the first worker to die after turn 1's export", died, 45)
+        await died_after(dying, 1)
         other = procs.start()
         await approving
         result = await check_recovered_run(handle, sink_root, (dying.pid, other.pid))
