@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,20 @@ async def _console(args: argparse.Namespace) -> int:
 cmd_console = network(_console)
 
 
+@contextlib.contextmanager
+def _sink_read() -> Iterator[None]:
+    """What reading a run's files from the sink fails with, as the console answers it: an export
+    the sink does not hold (404, ``DiffError``), a sink that lacks or refuses what is read (502)."""
+    from durable_agent.cli.diff import DiffError
+
+    try:
+        yield
+    except DiffError as exc:
+        raise FilesError(str(exc), 404) from None
+    except (DurableAgentError, OSError, ValueError) as exc:
+        raise FilesError(f"{type(exc).__name__}: {exc}", 502) from None
+
+
 class CliSinkFiles:
     """The console's ``SinkFiles``: the runs' files read as ``durable-agent diff``, ``pack`` and
     ``rewind`` read them (their functions: ``cli/diff.py``, ``cli/exports.py``, ``cli/rewind.py``),
@@ -91,13 +107,12 @@ class CliSinkFiles:
         """
         from durable_agent.activities.workspaces.diff import diff_stat, reading_repo, run_trees, write_diff
         from durable_agent.activities.workspaces.shadow import default_shadow_root
-        from durable_agent.cli.diff import DiffError, newest_export, object_sink
-        from durable_agent.cli.exports import read_export_ref
+        from durable_agent.cli.diff import object_sink
         from durable_agent.config import load_config
 
-        try:
-            ref = newest_export(self.sink, session_id, run_id)
-            trees = run_trees(read_export_ref(ref, self.sink).open().source_run().events)
+        ref, events = self._newest(session_id, run_id)
+        with _sink_read():
+            trees = run_trees(events)
             before, after, note = span(trees, turn)
             call = trees.boundaries[turn - 1] if turn is not None else None
             view: dict[str, Any] = {
@@ -126,10 +141,6 @@ class CliSinkFiles:
                         await close()
 
             raw, rows = asyncio.run(read())
-        except DiffError as exc:
-            raise FilesError(str(exc), 404) from None
-        except (DurableAgentError, OSError, ValueError) as exc:  # a sink that lacks or refuses
-            raise FilesError(f"{type(exc).__name__}: {exc}", 502) from None
         view["files"] = tuple(FileRow(path=r.path, added=r.added, deleted=r.deleted) for r in rows)
         view["diff"] = raw[:MAX_DIFF_BYTES].decode("utf-8", "replace")
         view["truncated"] = len(raw) > MAX_DIFF_BYTES
@@ -147,16 +158,20 @@ class CliSinkFiles:
         Raises:
             FilesError: The sink holds no export of the run, or it cannot be read.
         """
-        from durable_agent.cli.diff import DiffError, newest_export
+        return self._newest(session_id, run_id)[1]
+
+    def _newest(self, session_id: str, run_id: str) -> tuple[str, list[Any]]:
+        """The run's newest export in the sink, and the events it holds.
+
+        Raises:
+            FilesError: The sink holds no export of the run (404), or it cannot be read (502).
+        """
+        from durable_agent.cli.diff import newest_export
         from durable_agent.cli.exports import read_export_ref
 
-        try:
+        with _sink_read():
             ref = newest_export(self.sink, session_id, run_id)
-            return list(read_export_ref(ref, self.sink).open().source_run().events)
-        except DiffError as exc:
-            raise FilesError(str(exc), 404) from None
-        except (DurableAgentError, OSError, ValueError) as exc:
-            raise FilesError(f"{type(exc).__name__}: {exc}", 502) from None
+            return ref, list(read_export_ref(ref, self.sink).open().source_run().events)
 
     def export_ref(self, session_id: str, run_id: str, turn: int) -> str:
         """The reference of the run's export of ``turn`` in the sink (a file, or ``pg:``).
@@ -166,10 +181,8 @@ class CliSinkFiles:
         """
         from durable_agent.cli.exports import session_exports
 
-        try:
+        with _sink_read():
             name, rows = session_exports(self.sink, session_id)
-        except (DurableAgentError, OSError) as exc:
-            raise FilesError(f"{type(exc).__name__}: {exc}", 502) from None
         found = [where for where, d in rows if d.run_id == run_id and d.turn == turn]
         if not found:
             raise FilesError(f"sink {name!r} holds no export of turn {turn} of run {run_id!r}")
@@ -188,11 +201,9 @@ class CliSinkFiles:
         from durable_agent.cli.exports import read_export_ref
 
         ref = self.export_ref(session_id, run_id, turn)
-        try:
+        with _sink_read():
             export = read_export_ref(ref, self.sink)
             export.open()  # every digest checked: a file handed out is one that resumes
-        except (DurableAgentError, OSError, ValueError) as exc:
-            raise FilesError(f"{type(exc).__name__}: {exc}", 502) from None
         return f"{run_id}-turn-{turn:06d}.json", whole_document(export)
 
     def restore_ended(self, workflow_id: str, turn: int) -> tuple[Any, str, str]:
@@ -208,12 +219,11 @@ class CliSinkFiles:
         from durable_agent.cli.rewind import RewindError, locate, restore_workspace
 
         args = argparse.Namespace(workflow_id=workflow_id, turn=turn, sink=self.sink, workspace=None)
-        try:
-            path, workspace = asyncio.run(locate(args))
-            export = read_export_ref(path, self.sink)
-            tree = restore_workspace(export, Path(workspace), self.sink)
-        except RewindError as exc:
-            raise FilesError(str(exc), 409) from None
-        except (DurableAgentError, OSError, ValueError) as exc:
-            raise FilesError(f"{type(exc).__name__}: {exc}", 502) from None
+        with _sink_read():
+            try:
+                path, workspace = asyncio.run(locate(args))
+                export = read_export_ref(path, self.sink)
+                tree = restore_workspace(export, Path(workspace), self.sink)
+            except RewindError as exc:
+                raise FilesError(str(exc), 409) from None
         return export, workspace, tree
