@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -362,14 +361,13 @@ def test_random_lines_never_raise_and_only_refuse_more() -> None:
             assert now != "allow", line  # today's rules only ever refuse more
 
 
-def test_many_programs_on_a_long_line_are_judged_quickly() -> None:
+def test_many_programs_on_a_long_line_are_each_judged() -> None:
     line = "; ".join(
         ["sed -e 's/a/b/g' -e 'y/abc/xyz/' f", "awk '{print $1}' f", "git -c color.ui=never log"] * 700
     )
-    start = time.perf_counter()
     assert BROAD.decide("bash", line) == "allow"
     assert BROAD.decide("bash", line + "; python3 -c 1") == "deny"
-    assert time.perf_counter() - start < 30  # about a second on a laptop; a wedged judge would not end
+    # how long it takes: python -m bench.judge_cost (a wedged judge meets the test timeout)
 
 
 # --- against the programs installed ----------------------------------------------------------

@@ -10,7 +10,6 @@ passes there too). The end-to-end cases are in ``test_shell_programs_push``.
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 
@@ -251,9 +250,8 @@ def test_random_runner_lines_only_refuse_more() -> None:
                 assert now != "allow", line  # today's rules only ever refuse more
 
 
-def test_many_runners_on_a_long_line_are_judged_quickly() -> None:
+def test_many_runners_on_a_long_line_are_each_judged() -> None:
     line = "; ".join(["uv run pytest -q", "npx prettier --check .", "./x.sh", "pnpm exec tsc"] * 1000)
-    start = time.perf_counter()
     assert BROAD.decide("bash", line) == "deny"
     assert NO_CURL.decide("bash", line.replace("./x.sh", "ls")) == "allow"
-    assert time.perf_counter() - start < 30  # seconds on a laptop; a wedged judge would not end
+    # how long it takes: python -m bench.judge_cost (a wedged judge meets the test timeout)
